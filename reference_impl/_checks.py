@@ -1,0 +1,61 @@
+"""Input validation shared by every entry point: bad input gets an error that names the problem."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def check_input(x, name: str = "x") -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in FLOAT_DTYPES:
+        kind = "complex" if x.dtype.is_complex else ("integer/bool" if not x.dtype.is_floating_point else "unsupported floating")
+        raise TypeError(
+            f"{name} has {kind} dtype {x.dtype}; expected one of float16, bfloat16, float32, float64"
+        )
+    if x.dim() == 0:
+        raise ValueError(f"{name} is a 0-d tensor; normalization needs at least one dimension (the last one)")
+
+
+def check_param(p, x: torch.Tensor, name: str) -> None:
+    """A gain or bias must be a 1-D float tensor of length x.shape[-1], on x's device."""
+    if p is None:
+        return
+    if not isinstance(p, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or None, got {type(p).__name__}")
+    if p.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name} has dtype {p.dtype}; expected one of float16, bfloat16, float32, float64")
+    if tuple(p.shape) != (x.shape[-1],):
+        raise ValueError(
+            f"{name} has shape {tuple(p.shape)} but the normalized (last) dimension of x has size "
+            f"{x.shape[-1]}; expected shape ({x.shape[-1]},)"
+        )
+    if p.device != x.device:
+        raise ValueError(f"{name} is on {p.device} but x is on {x.device}")
+
+
+def check_eps(eps) -> float:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise TypeError(f"eps must be a real number, got {type(eps).__name__}")
+    eps = float(eps)
+    if math.isnan(eps) or math.isinf(eps):
+        raise ValueError(f"eps must be finite, got {eps}")
+    if eps < 0:
+        raise ValueError(f"eps must be non-negative, got {eps}")
+    return eps
+
+
+def check_grad(dy, x: torch.Tensor, name: str = "dy") -> None:
+    check_input(dy, name)
+    if dy.shape != x.shape:
+        raise ValueError(f"{name} has shape {tuple(dy.shape)} but x has shape {tuple(x.shape)}; they must match")
+    if dy.device != x.device:
+        raise ValueError(f"{name} is on {dy.device} but x is on {x.device}")
+
+
+def compute_dtype(x: torch.Tensor) -> torch.dtype:
+    """Statistics run in float32, or float64 for float64 input."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32

@@ -1,0 +1,153 @@
+"""Which tests guard which ids, and how they did on the last run.
+
+The test files are scanned statically (AST) for ``@pytest.mark.guards("id", ...)``, so a page that names
+an id no test guards, or a test that does not exist, fails the build even before any test ran. Outcomes
+come from ``build/test-results.json``, written by ``make test``; without it the page says "not run yet".
+"""
+from __future__ import annotations
+
+import ast
+import html
+import json
+from collections import defaultdict
+from functools import lru_cache
+from pathlib import Path
+
+from .macros import MacroError, macro
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "build" / "test-results.json"
+
+
+def _guard_args(dec) -> list[str] | None:
+    # matches pytest.mark.guards("a", "b")
+    if isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute) and dec.func.attr == "guards":
+        return [a.value for a in dec.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    return None
+
+
+@lru_cache(maxsize=1)
+def scan_tests() -> tuple[dict, set]:
+    """Returns ({guard id: [test function id]}, {every test function id})."""
+    by_id: dict[str, list[str]] = defaultdict(list)
+    all_tests: set[str] = set()
+    for path in sorted((REPO / "tests").rglob("test_*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        tree = ast.parse(path.read_text(), filename=rel)
+        module_guards: list[str] = []
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in node.targets):
+                vals = node.value.elts if isinstance(node.value, (ast.List, ast.Tuple)) else [node.value]
+                for v in vals:
+                    module_guards += _guard_args(v) or []
+
+        def visit(body, prefix, inherited):
+            for node in body:
+                if isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+                    cls = list(inherited)
+                    for dec in node.decorator_list:
+                        cls += _guard_args(dec) or []
+                    visit(node.body, f"{prefix}{node.name}::", cls)
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+                    tid = f"{rel}::{prefix}{node.name}"
+                    all_tests.add(tid)
+                    ids = list(inherited)
+                    for dec in node.decorator_list:
+                        ids += _guard_args(dec) or []
+                    for gid in ids:
+                        by_id[gid].append(tid)
+
+        visit(tree.body, "", module_guards)
+    return dict(by_id), all_tests
+
+
+@lru_cache(maxsize=1)
+def results() -> dict:
+    if RESULTS.exists():
+        return json.loads(RESULTS.read_text())
+    return {}
+
+
+def outcome(test_id: str) -> dict:
+    """Aggregates the outcomes of every parametrization of one test function."""
+    tests = results().get("tests", {})
+    counts: dict[str, int] = defaultdict(int)
+    for nodeid, entry in tests.items():
+        if nodeid == test_id or nodeid.startswith(test_id + "["):
+            counts[entry["outcome"]] += 1
+    if not counts:
+        return {"status": "not-run", "text": "not run yet"}
+    if counts.get("failed"):
+        status = "failed"
+    elif counts.get("passed"):
+        status = "passed"
+    else:
+        status = "skipped"
+    text = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    return {"status": status, "text": text}
+
+
+def guard_status(gid: str) -> str:
+    """'passed', 'failed', 'skipped' or 'not-run' for one guard id, over all the tests naming it."""
+    by_id, _ = scan_tests()
+    states = {outcome(t)["status"] for t in by_id.get(gid, [])}
+    for s in ("failed", "not-run", "skipped"):
+        if s in states:
+            return s
+    return "passed" if states else "not-run"
+
+
+def render_tests(test_ids: list[str]) -> str:
+    items = []
+    for t in test_ids:
+        o = outcome(t)
+        items.append(f'<li><code>{html.escape(t)}</code> <span class="guard-{o["status"]}">{html.escape(o["text"])}</span></li>')
+    return "<ul>" + "".join(items) + "</ul>"
+
+
+def run_info() -> str:
+    r = results()
+    if not r:
+        return "No test run recorded in this build (run <code>make test</code>)."
+    m = r.get("machine", {})
+    return (f"Outcomes from the test run of {html.escape(r.get('date', '?'))} at commit "
+            f"<code>{html.escape(r.get('commit', '?'))}</code> on {html.escape(str(m.get('cpu', '?')))} "
+            f"({m.get('cores', '?')} cores, torch {html.escape(str(m.get('torch', '?')))}).")
+
+
+@macro("guards")
+def guards_macro(ctx, *gids: str) -> str:
+    """Lists the tests that guard each id; fails the build when an id has no test."""
+    by_id, _ = scan_tests()
+    parts = []
+    for gid in gids:
+        if gid not in by_id:
+            raise MacroError(f"{ctx.src_path}: no test is marked @pytest.mark.guards({gid!r})")
+        ctx.guard_ids.append(gid)
+        parts.append(f'<div class="guard-list" markdown="0"><strong>Checked by</strong> (<code>{html.escape(gid)}</code>):'
+                     f"{render_tests(by_id[gid])}</div>")
+    return "\n".join(parts)
+
+
+@macro("test")
+def test_macro(ctx, test_id: str) -> str:
+    """Inline reference to one test function with its last outcome; fails the build if it does not exist."""
+    _, all_tests = scan_tests()
+    if test_id not in all_tests:
+        raise MacroError(f"{ctx.src_path}: test {test_id!r} does not exist")
+    ctx.guard_ids.append("test:" + test_id)
+    o = outcome(test_id)
+    return f'<code>{html.escape(test_id)}</code> <span class="guard-{o["status"]}">({html.escape(o["text"])})</span>'
+
+
+def page_footer(ctx) -> str:
+    """The list of everything the page's guards name, appended at the bottom of the page."""
+    if not ctx.guard_ids:
+        return ""
+    by_id, _ = scan_tests()
+    tests: list[str] = []
+    for gid in ctx.guard_ids:
+        for t in ([gid[5:]] if gid.startswith("test:") else by_id.get(gid, [])):
+            if t not in tests:
+                tests.append(t)
+    return ("\n\n## Guards on this page\n\n" + run_info() + "\n\n" + render_tests(tests) + "\n")

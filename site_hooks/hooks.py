@@ -1,0 +1,26 @@
+"""MkDocs hook entry point (see ``hooks:`` in mkdocs.yml)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mkdocs.exceptions import PluginError  # noqa: E402
+
+from site_hooks import data, guards  # noqa: E402,F401  (importing registers their macros)
+from site_hooks.macros import MacroError, PageContext, expand  # noqa: E402
+
+try:  # optional handler modules, added by later work
+    from site_hooks import formulas  # noqa: F401
+except ImportError:
+    pass
+
+
+def on_page_markdown(markdown, page, config, files):
+    ctx = PageContext(page.file.src_path)
+    try:
+        out = expand(markdown, ctx)
+    except MacroError as exc:
+        raise PluginError(str(exc)) from exc
+    return out + guards.page_footer(ctx)
