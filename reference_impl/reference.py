@@ -115,13 +115,23 @@ class LayerNormFunction(torch.autograd.Function):
         return (dx if need[0] else None), (dw if need[1] else None), (db if need[2] else None), None
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6) -> torch.Tensor:
+def rms_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    convention: str | None = None,
+    eps_placement: str = "inside",
+) -> torch.Tensor:
     """RMSNorm over the last dimension: ``x * rsqrt(mean(x**2, -1) + eps) * weight``.
 
     Args:
         x: ``(..., d)`` tensor of dtype float16, bfloat16, float32 or float64.
         weight: gain of shape ``(d,)``, or ``None`` for no gain.
         eps: non-negative number added to the mean square inside the square root.
+        convention: ``None`` for this core behaviour, or a model family's casting order
+            (``"llama"``, ``"gemma"``, ``"t5"``, ``"olmo2"``, ``"torch"``, ``"reference"``): see
+            :mod:`reference_impl.conventions`, which handles every call with a convention.
+        eps_placement: ``"inside"`` the root (default) or ``"outside"``: ``x / (sqrt(ms) + eps)``.
 
     Returns:
         Tensor of ``x``'s shape and dtype. Differentiable in ``x`` and ``weight``.
@@ -130,6 +140,10 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1
         TypeError: non-tensor input, or an integer, bool or complex dtype.
         ValueError: 0-d ``x``, ``weight`` of the wrong shape or device, negative or non-finite ``eps``.
     """
+    if convention is not None or eps_placement != "inside":
+        from .conventions import rms_norm as _rms_norm_convention
+
+        return _rms_norm_convention(x, weight, eps, convention=convention or "reference", eps_placement=eps_placement)
     check_input(x)
     check_param(weight, x, "weight")
     eps = check_eps(eps)

@@ -19,6 +19,12 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "build" / "test-results.json"
 
 
+def clear_caches() -> None:
+    """Forget scanned tests and loaded results (called before every build, so ``mkdocs serve`` stays fresh)."""
+    scan_tests.cache_clear()
+    results.cache_clear()
+
+
 def _guard_args(dec) -> list[str] | None:
     # matches pytest.mark.guards("a", "b")
     if isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute) and dec.func.attr == "guards":
@@ -68,23 +74,37 @@ def results() -> dict:
     return {}
 
 
+def test_exists(test_id: str) -> bool:
+    """True when ``tests/...py::[Class::]test_name`` names a test function in the repository."""
+    return test_id in scan_tests()[1]
+
+
 def outcome(test_id: str) -> dict:
-    """Aggregates the outcomes of every parametrization of one test function."""
+    """Aggregates the outcomes of every parametrization of one test function.
+
+    Returns ``{"status", "text", "duration"}``; status is ``failed`` if any parametrization failed or
+    passed unexpectedly (xpassed), else ``not-run`` if any was collected but not run, else ``passed`` if
+    any passed, else ``skipped`` (all skipped or xfailed); ``not-run`` too when the file has no entry.
+    """
     tests = results().get("tests", {})
     counts: dict[str, int] = defaultdict(int)
+    duration = 0.0
     for nodeid, entry in tests.items():
         if nodeid == test_id or nodeid.startswith(test_id + "["):
             counts[entry["outcome"]] += 1
+            duration += float(entry.get("duration", 0.0))
     if not counts:
-        return {"status": "not-run", "text": "not run yet"}
-    if counts.get("failed"):
+        return {"status": "not-run", "text": "not run yet", "duration": 0.0}
+    if counts.get("failed") or counts.get("xpassed"):
         status = "failed"
+    elif counts.get("not run"):
+        status = "not-run"
     elif counts.get("passed"):
         status = "passed"
     else:
         status = "skipped"
     text = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-    return {"status": status, "text": text}
+    return {"status": status, "text": text, "duration": duration}
 
 
 def guard_status(gid: str) -> str:
@@ -101,7 +121,8 @@ def render_tests(test_ids: list[str]) -> str:
     items = []
     for t in test_ids:
         o = outcome(t)
-        items.append(f'<li><code>{html.escape(t)}</code> <span class="guard-{o["status"]}">{html.escape(o["text"])}</span></li>')
+        took = f' title="{o["duration"]:.2f} s"' if o["duration"] else ""
+        items.append(f'<li><code>{html.escape(t)}</code> <span class="guard-{o["status"]}"{took}>{html.escape(o["text"])}</span></li>')
     return "<ul>" + "".join(items) + "</ul>"
 
 
@@ -110,9 +131,14 @@ def run_info() -> str:
     if not r:
         return "No test run recorded in this build (run <code>make test</code>)."
     m = r.get("machine", {})
-    return (f"Outcomes from the test run of {html.escape(r.get('date', '?'))} at commit "
+    text = (f"Outcomes from the test run of {html.escape(r.get('date', '?'))} at commit "
             f"<code>{html.escape(r.get('commit', '?'))}</code> on {html.escape(str(m.get('cpu', '?')))} "
-            f"({m.get('cores', '?')} cores, torch {html.escape(str(m.get('torch', '?')))}).")
+            f"({m.get('cores', '?')} cores, torch {html.escape(str(m.get('torch', '?')))})")
+    partial = r.get("partial_runs") or []
+    if partial:
+        text += (f", updated by {len(partial)} partial run{'s' if len(partial) > 1 else ''} "
+                 f"(last {html.escape(str(partial[-1].get('date', '?')))})")
+    return text + "."
 
 
 @macro("guards")

@@ -8,13 +8,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mkdocs.exceptions import PluginError  # noqa: E402
 
-from site_hooks import data, guards  # noqa: E402,F401  (importing registers their macros)
+from site_hooks import data, guards, ledger  # noqa: E402,F401  (importing registers their macros)
 from site_hooks.macros import MacroError, PageContext, expand  # noqa: E402
 
 try:  # optional handler modules, added by later work
     from site_hooks import formulas  # noqa: F401
 except ImportError:
     pass
+
+
+def on_pre_build(config):
+    # `mkdocs serve` rebuilds in the same process: re-read tests, results, ledger and data every time
+    # (any handler module may define clear_caches() to take part)
+    data.load.cache_clear()
+    for name, module in list(sys.modules.items()):
+        if name.startswith("site_hooks.") and callable(getattr(module, "clear_caches", None)):
+            module.clear_caches()
 
 
 def on_page_markdown(markdown, page, config, files):

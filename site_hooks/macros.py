@@ -1,14 +1,15 @@
 """A tiny macro layer: ``{{ name("arg", ...) }}`` in a page is replaced by the registered handler's output.
 
 Handlers live in sibling modules and register with :func:`macro`. An unknown macro or a handler error
-fails the (strict) build, naming the page.
+fails the (strict) build, naming the page. A backslash before the braces, ``\\{{ name() }}``, leaves the
+macro text in the page unexpanded (without the backslash), e.g. to document the macros themselves.
 """
 from __future__ import annotations
 
 import ast
 import re
 
-MACRO_RE = re.compile(r"\{\{\s*([A-Za-z_]\w*)\((.*?)\)\s*\}\}", re.S)
+MACRO_RE = re.compile(r"(\\?)\{\{\s*([A-Za-z_]\w*)\((.*?)\)\s*\}\}", re.S)
 HANDLERS: dict = {}
 
 
@@ -34,7 +35,9 @@ class PageContext:
 
 def expand(markdown: str, ctx: PageContext) -> str:
     def repl(m: re.Match) -> str:
-        name, raw = m.group(1), m.group(2)
+        escaped, name, raw = m.group(1), m.group(2), m.group(3)
+        if escaped:
+            return m.group(0)[1:]
         if name not in HANDLERS:
             raise MacroError(f"{ctx.src_path}: unknown macro {name!r} in {m.group(0)!r}")
         try:

@@ -1,8 +1,18 @@
 """Shared fixtures and the results recorder.
 
-Every run writes ``build/test-results.json`` (or ``build/test-results-site.json`` for the ``-m site``
-phase): one entry per test with its outcome, duration and the ids it guards (``@pytest.mark.guards``),
-plus the commit, date and machine. The site build reads the file to show each guard's last outcome.
+Every run records, per test, its outcome, duration and the ids it guards (``@pytest.mark.guards``), plus
+the commit, date and machine, in two files under ``build/``:
+
+- ``test-results.json``: tests without the ``site`` marker (phase 1 of ``make test``);
+- ``test-results-site.json``: tests with the ``site`` marker (phase 2: the build and the browser tests).
+
+The site build reads the first one to show each guard's last outcome. A full run (no file, ``-k`` or
+``--lf`` selection) replaces a file; a partial run (``pytest tests/test_x.py``) merges into it, replacing
+every entry of the test functions it ran and leaving the others as they were, so a quick local check does
+not wipe the outcomes of the rest. Each merge is listed under ``"partial_runs"``.
+
+Outcomes: ``passed``, ``failed``, ``skipped``, ``xfailed``, ``xpassed``, or ``not run`` (collected, but the
+session ended before it ran, e.g. after ``-x``). Deselected tests are not recorded.
 """
 from __future__ import annotations
 
@@ -16,7 +26,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+BUILD = REPO / "build"
+CORE_FILE = "test-results.json"
+SITE_FILE = "test-results-site.json"
 _results: dict[str, dict] = {}
+_site_items: set[str] = set()
 
 
 def _git(*args: str) -> str:
@@ -36,12 +50,22 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
+    # trylast: runs after the -m / -k deselection, so only the tests that will run are recorded
     for item in items:
         guards = []
         for mark in item.iter_markers("guards"):
             guards.extend(mark.args)
         _results[item.nodeid] = {"outcome": "not run", "duration": 0.0, "guards": sorted(set(guards))}
+        if item.get_closest_marker("site") is not None:
+            _site_items.add(item.nodeid)
+
+
+def pytest_deselected(items):
+    for item in items:
+        _results.pop(item.nodeid, None)
+        _site_items.discard(item.nodeid)
 
 
 def pytest_runtest_logreport(report):
@@ -50,19 +74,62 @@ def pytest_runtest_logreport(report):
     if report.when == "call" or report.outcome != "passed":
         # a failure or skip in setup/teardown decides the outcome; otherwise the call phase does
         if entry["outcome"] in ("not run", "passed"):
-            entry["outcome"] = "skipped" if report.skipped else report.outcome
+            if hasattr(report, "wasxfail"):
+                entry["outcome"] = "xfailed" if report.skipped else "xpassed"
+            else:
+                entry["outcome"] = "skipped" if report.skipped else report.outcome
             if report.skipped and isinstance(report.longrepr, tuple):
                 entry["skip_reason"] = str(report.longrepr[2])
+
+
+def _function_id(nodeid: str) -> str:
+    """``tests/t.py::test_f[a-b]`` -> ``tests/t.py::test_f``: the unit a partial run replaces."""
+    return nodeid.split("[", 1)[0]
+
+
+def _is_full_run(config) -> bool:
+    """True when the run selected tests only by the phase marker: it then replaces the results file."""
+    explicit_args = config.args_source == pytest.Config.ArgsSource.ARGS
+    narrowed = bool(config.getoption("keyword", "")) or bool(config.getoption("lf", False)) \
+        or bool(config.getoption("deselect", None))
+    markexpr = (config.getoption("markexpr", "") or "").strip()
+    return not explicit_args and not narrowed and markexpr in ("", "site", "not site")
+
+
+def _write(name: str, entries: dict, meta: dict, full: bool) -> None:
+    path = BUILD / name
+    old = {}
+    if not full and path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            old = {}
+    if full or not old:
+        payload = dict(meta, tests=dict(sorted(entries.items())), partial_runs=[])
+        if not full:
+            payload["partial_runs"] = [{k: meta[k] for k in ("date", "commit", "markexpr", "exitstatus")}
+                                       | {"tests": len(entries)}]
+    else:
+        rerun = {_function_id(n) for n in entries}
+        tests = {n: e for n, e in old.get("tests", {}).items() if _function_id(n) not in rerun}
+        tests.update(entries)
+        payload = dict(old, tests=dict(sorted(tests.items())))
+        payload.setdefault("partial_runs", []).append(
+            {k: meta[k] for k in ("date", "commit", "markexpr", "exitstatus")} | {"tests": len(entries)})
+        if int(meta["exitstatus"]) not in (0, 5):
+            payload["exitstatus"] = meta["exitstatus"]
+    BUILD.mkdir(exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(payload, indent=1))
+    tmp.replace(path)  # atomic: a concurrent site build never reads half a file
 
 
 def pytest_sessionfinish(session, exitstatus):
     if not _results or hasattr(session.config, "workerinput"):
         return
-    markexpr = session.config.getoption("markexpr", "") or ""
-    name = "test-results-site.json" if markexpr.strip() == "site" else "test-results.json"
     import torch
 
-    payload = {
+    meta = {
         "commit": _git("rev-parse", "--short", "HEAD"),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {
@@ -72,13 +139,16 @@ def pytest_sessionfinish(session, exitstatus):
             "torch": torch.__version__,
             "ci": os.environ.get("CI", "") == "true",
         },
-        "markexpr": markexpr,
+        "markexpr": session.config.getoption("markexpr", "") or "",
         "exitstatus": int(exitstatus),
-        "tests": dict(sorted(_results.items())),
     }
-    out = REPO / "build"
-    out.mkdir(exist_ok=True)
-    (out / name).write_text(json.dumps(payload, indent=1))
+    full = _is_full_run(session.config)
+    core = {n: e for n, e in _results.items() if n not in _site_items}
+    site = {n: e for n, e in _results.items() if n in _site_items}
+    if core:
+        _write(CORE_FILE, core, meta, full)
+    if site:
+        _write(SITE_FILE, site, meta, full)
 
 
 @pytest.fixture

@@ -1,0 +1,126 @@
+// Shared pieces of the CPU norm kernels: scalar conversions, the one-lane "vector" S used for row tails,
+// run-time choice of the instruction set, input checks and the deterministic gradient reduction.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+namespace normlab_cpu {
+
+// Scalar conversions; the 16-bit ones round to nearest even (c10's own conversions).
+inline float to_f(float v) { return v; }
+inline float to_f(c10::BFloat16 v) { return static_cast<float>(v); }
+inline float to_f(c10::Half v) { return static_cast<float>(v); }
+inline float from_f(float v, float*) { return v; }
+inline c10::BFloat16 from_f(float v, c10::BFloat16*) { return c10::BFloat16(v); }
+inline c10::Half from_f(float v, c10::Half*) { return c10::Half(v); }
+
+// One lane: the tail of a row (hidden sizes that are not a multiple of the vector width) uses the same
+// operations in the same order as a vector lane, so every element gets identical bits either way.
+struct S {
+  static constexpr int W = 1;
+  using R = float;
+  static inline R set1(float v) { return v; }
+  static inline R add(R a, R b) { return a + b; }
+  static inline R sub(R a, R b) { return a - b; }
+  static inline R mul(R a, R b) { return a * b; }
+  template <class T> static inline R load(const T* p) { return to_f(*p); }
+  template <class T> static inline void store(T* p, R v) { *p = from_f(v, p); }
+  template <class T> static inline R round(R v, T* tag) { return to_f(from_f(v, tag)); }
+};
+
+// Rows per block of the gradient reduction over rows. Fixed, so the partition of rows into blocks (and
+// hence every rounding in dweight/dbias) depends only on the shape, never on the number of threads.
+constexpr int64_t kRowBlock = 128;
+// Outputs at least this large are written with non-temporal stores: they would not stay in the caches
+// anyway, and bypassing them saves the read-for-ownership of every destination line.
+// NORMLAB_STREAM_BYTES overrides it (bytes; read on every call, for measurements).
+constexpr int64_t kStreamBytesDefault = int64_t(4) << 20;
+inline int64_t stream_bytes() {
+  if (const char* env = std::getenv("NORMLAB_STREAM_BYTES")) return std::atoll(env);
+  return kStreamBytesDefault;
+}
+// Rows per parallel task aim at this many elements, so small inputs are not split across threads.
+constexpr int64_t kGrainElems = 16384;
+
+enum class Isa { scalar = 0, avx2 = 1, avx512 = 2 };
+
+// The best instruction set this processor supports; NORMLAB_CPU_ISA=scalar|avx2|avx512 can ask for a
+// lower one (read on every call, so the tests can compare all three paths in one process).
+inline Isa pick_isa() {
+  static const Isa best = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+      return Isa::avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
+    return Isa::scalar;
+  }();
+  Isa want = best;
+  if (const char* env = std::getenv("NORMLAB_CPU_ISA")) {
+    if (!std::strcmp(env, "scalar")) want = Isa::scalar;
+    else if (!std::strcmp(env, "avx2")) want = Isa::avx2;
+  }
+  return static_cast<int>(want) < static_cast<int>(best) ? want : best;
+}
+
+inline void check_x(const at::Tensor& x, const char* op) {
+  TORCH_CHECK(x.device().is_cpu(), op, ": x must be a CPU tensor here, got ", x.device());
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16 || x.scalar_type() == at::kHalf,
+              op, ": x has dtype ", x.scalar_type(), "; the fused op supports float32, bfloat16 and float16");
+  TORCH_CHECK(x.dim() >= 1, op, ": x must have at least one dimension (the normalized one)");
+  TORCH_CHECK(x.is_contiguous(), op, ": x must be contiguous (the Python wrapper makes it so)");
+}
+
+inline void check_same(const at::Tensor& t, const at::Tensor& x, const char* op, const char* name) {
+  TORCH_CHECK(t.sizes() == x.sizes(), op, ": ", name, " has shape ", t.sizes(), " but x has shape ", x.sizes());
+  TORCH_CHECK(t.scalar_type() == x.scalar_type(), op, ": ", name, " has dtype ", t.scalar_type(),
+              " but x has dtype ", x.scalar_type(), "; they must match");
+  TORCH_CHECK(t.device() == x.device(), op, ": ", name, " is on ", t.device(), " but x is on ", x.device());
+  TORCH_CHECK(t.is_contiguous(), op, ": ", name, " must be contiguous");
+}
+
+// A gain or bias: 1-D of length d, dtype x.dtype or float32, contiguous, on x's device.
+inline void check_param(const c10::optional<at::Tensor>& p, const at::Tensor& x, const char* op, const char* name) {
+  if (!p.has_value()) return;
+  const at::Tensor& t = *p;
+  TORCH_CHECK(t.dim() == 1 && t.size(0) == x.size(-1), op, ": ", name, " has shape ", t.sizes(),
+              " but the normalized dimension of x has size ", x.size(-1));
+  TORCH_CHECK(t.scalar_type() == x.scalar_type() || t.scalar_type() == at::kFloat, op, ": ", name,
+              " has dtype ", t.scalar_type(), "; it must be x's dtype (", x.scalar_type(), ") or float32");
+  TORCH_CHECK(t.device() == x.device(), op, ": ", name, " is on ", t.device(), " but x is on ", x.device());
+  TORCH_CHECK(t.is_contiguous(), op, ": ", name, " must be contiguous");
+}
+
+inline at::Tensor stats_like(const at::Tensor& x) {  // float32, shape x.shape[:-1]
+  return at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(at::kFloat));
+}
+
+// Sums the per-block partials part[nb][d] over blocks in block order (the same order for every column and
+// every thread count) and casts the result to `out`'s dtype.
+inline void reduce_blocks(at::Tensor& part, at::Tensor& out) {
+  const int64_t nb = part.size(0), d = part.size(1);
+  float* p = part.data_ptr<float>();
+  at::parallel_for(0, d, 1024, [&](int64_t j0, int64_t j1) {
+    for (int64_t b = 1; b < nb; ++b) {
+      const float* row = p + b * d;
+      for (int64_t j = j0; j < j1; ++j) p[j] += row[j];
+    }
+  });
+  if (nb == 0) {
+    out.zero_();
+    return;
+  }
+  out.copy_(part[0]);
+}
+
+}  // namespace normlab_cpu

@@ -1,0 +1,184 @@
+// Vector layer of the CPU norm kernels, one `struct V` per instruction set.
+//
+// No include guard on purpose: a kernel source includes this file once per instruction set, inside a
+// `#pragma GCC target(...)` region and a namespace of its own, with NL_ISA set to 512 (AVX-512F/BW/VL/DQ),
+// 256 (AVX2 + FMA + F16C) or 0 (portable scalar code). The same kernel text is then compiled three times
+// and cpu_common.h picks one at run time from what the processor reports (the "foreach target" pattern of
+// Highway and simdjson). Element types: float, c10::BFloat16, c10::Half, handled as raw bits.
+//
+// Every conversion to a 16-bit type rounds to nearest, ties to even, exactly as c10::BFloat16(float) and
+// c10::Half(float) do, so a vector lane and the scalar tail give the same bits for the same element.
+
+#if NL_ISA == 512
+// --8<-- [start:vec512]
+struct V {
+  static constexpr int W = 16;  // float lanes per register
+  using R = __m512;
+  static inline R zero() { return _mm512_setzero_ps(); }
+  static inline R set1(float v) { return _mm512_set1_ps(v); }
+  static inline R add(R a, R b) { return _mm512_add_ps(a, b); }
+  static inline R sub(R a, R b) { return _mm512_sub_ps(a, b); }
+  static inline R mul(R a, R b) { return _mm512_mul_ps(a, b); }
+  static inline R fmadd(R a, R b, R c) { return _mm512_fmadd_ps(a, b, c); }  // a*b + c, one rounding
+  static inline float hsum(R a) { return _mm512_reduce_add_ps(a); }          // fixed lane order
+
+  static inline R load(const float* p) { return _mm512_loadu_ps(p); }
+  static inline R load(const c10::BFloat16* p) {  // bf16 is the top half of a float32
+    __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+  }
+  static inline R load(const c10::Half* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static inline __m512i bf16_bits(R v) {  // round-to-nearest-even to bf16; NaN -> 0x7FC0 as in c10
+    __m512i u = _mm512_castps_si512(v);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_mask_blend_epi32(nan, r, _mm512_set1_epi32(0x7FC0));
+  }
+  static inline void store(float* p, R v) { _mm512_storeu_ps(p, v); }
+  static inline void store(c10::BFloat16* p, R v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(bf16_bits(v)));
+  }
+  static inline void store(c10::Half* p, R v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  // Non-temporal stores (bypass the cache: no read-for-ownership of the destination line). The caller
+  // guarantees 64-byte alignment of the first vector; later vectors stay aligned.
+  static inline void stream(float* p, R v) { _mm512_stream_ps(p, v); }
+  static inline void stream(c10::BFloat16* p, R v) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(bf16_bits(v)));
+  }
+  static inline void stream(c10::Half* p, R v) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  // Round each lane to the element type T and back to float (the "cast to x's dtype" of Llama).
+  static inline R round(R v, float*) { return v; }
+  static inline R round(R v, c10::BFloat16*) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_bits(v), 16));
+  }
+  static inline R round(R v, c10::Half*) {
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  static inline void fence() { _mm_sfence(); }
+};
+// --8<-- [end:vec512]
+
+#elif NL_ISA == 256
+struct V {
+  static constexpr int W = 8;
+  using R = __m256;
+  static inline R zero() { return _mm256_setzero_ps(); }
+  static inline R set1(float v) { return _mm256_set1_ps(v); }
+  static inline R add(R a, R b) { return _mm256_add_ps(a, b); }
+  static inline R sub(R a, R b) { return _mm256_sub_ps(a, b); }
+  static inline R mul(R a, R b) { return _mm256_mul_ps(a, b); }
+  static inline R fmadd(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
+  static inline float hsum(R a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  static inline R load(const float* p) { return _mm256_loadu_ps(p); }
+  static inline R load(const c10::BFloat16* p) {
+    __m256i u = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+  }
+  static inline R load(const c10::Half* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static inline __m256i bf16_bits(R v) {
+    __m256i u = _mm256_castps_si256(v);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF))), 16);
+    __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+    return _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(nan));
+  }
+  static inline __m128i pack16(__m256i r) {  // eight 32-bit lanes (< 2^16) -> eight 16-bit values
+    __m256i p = _mm256_packus_epi32(r, r);  // packs within each 128-bit half
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(p, 0x08));
+  }
+  static inline void store(float* p, R v) { _mm256_storeu_ps(p, v); }
+  static inline void store(c10::BFloat16* p, R v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), pack16(bf16_bits(v)));
+  }
+  static inline void store(c10::Half* p, R v) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  static inline void stream(float* p, R v) { _mm256_stream_ps(p, v); }
+  static inline void stream(c10::BFloat16* p, R v) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), pack16(bf16_bits(v)));
+  }
+  static inline void stream(c10::Half* p, R v) {
+    _mm_stream_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  static inline R round(R v, float*) { return v; }
+  static inline R round(R v, c10::BFloat16*) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(bf16_bits(v), 16));
+  }
+  static inline R round(R v, c10::Half*) {
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  static inline void fence() { _mm_sfence(); }
+};
+
+#else  // portable scalar code: one "lane"
+struct V {
+  static constexpr int W = 1;
+  using R = float;
+  static inline R zero() { return 0.0f; }
+  static inline R set1(float v) { return v; }
+  static inline R add(R a, R b) { return a + b; }
+  static inline R sub(R a, R b) { return a - b; }
+  static inline R mul(R a, R b) { return a * b; }
+  static inline R fmadd(R a, R b, R c) { return a * b + c; }  // contraction is off (-ffp-contract=off)
+  static inline float hsum(R a) { return a; }
+  template <class T> static inline R load(const T* p) { return to_f(*p); }
+  template <class T> static inline void store(T* p, R v) { *p = from_f(v, p); }
+  template <class T> static inline void stream(T* p, R v) { *p = from_f(v, p); }
+  template <class T> static inline R round(R v, T* tag) { return to_f(from_f(v, tag)); }
+  static inline void fence() {}
+};
+#endif
+
+// --8<-- [start:row_helpers]
+// Sum over one row of term(q, j), where q is V (a whole vector at j) or S (one element at j). Four
+// independent vector accumulators, then one, then the lanes in a fixed order, then the scalar tail: the
+// order depends only on d, so a row's result never depends on its neighbours or on threads.
+template <class F>
+static inline float row_sum(int64_t d, F&& term) {
+  constexpr int W = V::W;
+  typename V::R a0 = V::zero(), a1 = V::zero(), a2 = V::zero(), a3 = V::zero();
+  int64_t j = 0;
+  for (; j + 4 * W <= d; j += 4 * W) {
+    a0 = V::add(a0, term(V{}, j));
+    a1 = V::add(a1, term(V{}, j + W));
+    a2 = V::add(a2, term(V{}, j + 2 * W));
+    a3 = V::add(a3, term(V{}, j + 3 * W));
+  }
+  for (; j + W <= d; j += W) a0 = V::add(a0, term(V{}, j));
+  float s = V::hsum(V::add(V::add(a0, a1), V::add(a2, a3)));
+  for (; j < d; ++j) s += term(S{}, j);
+  return s;
+}
+
+// out[j] = value(q, j) for a row of d elements. With `stream`, the few elements before the first 64-byte
+// boundary go one by one and the rest with non-temporal vector stores. Element-wise results do not depend
+// on which path computed them, so the split may depend on the address.
+template <class T, class F>
+static inline void row_store(T* out, int64_t d, bool stream, F&& value) {
+  constexpr int W = V::W;
+  int64_t j = 0;
+  if (stream && W > 1) {
+    const int64_t off = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out) & 63) / int64_t(sizeof(T));
+    const int64_t head = off ? std::min<int64_t>(d, 64 / int64_t(sizeof(T)) - off) : 0;
+    for (; j < head; ++j) S::store(out + j, value(S{}, j));
+    for (; j + W <= d; j += W) V::stream(out + j, value(V{}, j));
+  } else {
+    for (; j + W <= d; j += W) V::store(out + j, value(V{}, j));
+  }
+  for (; j < d; ++j) S::store(out + j, value(S{}, j));
+}
+// --8<-- [end:row_helpers]

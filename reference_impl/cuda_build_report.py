@@ -1,0 +1,186 @@
+"""Resource usage of the CUDA kernels, from the compiler: ``python -m reference_impl.cuda_build_report``.
+
+Runs nvcc on every kernel source in ``cuda/gpu/`` for ``sm_90`` with ``-Xptxas -v`` (registers, spills,
+stack frame, static shared memory, barriers per kernel) and once more to PTX (to count 128-bit global
+loads and stores and any tensor-core ``mma`` instruction per kernel), and writes
+``docs/data/cuda_resources.json`` with the nvcc version, the flags, the machine, the date and a hash of
+the sources and flags. ``tests/test_cuda_build.py`` fails when the hash no longer matches the sources,
+so the Kernels page never shows figures of older code. No GPU is needed.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from .cuda_ops import GENCODE, KERNEL_SOURCES
+from .native import REPO, SOURCES
+
+OUT = REPO / "docs" / "data" / "cuda_resources.json"
+GPU_DIR = SOURCES / "gpu"
+# the same defines torch.utils.cpp_extension passes to nvcc, so the report compiles what the library does
+TORCH_NVCC_DEFINES = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
+                      "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__")
+REPORT_FLAGS = ("-std=c++17", "-O3", "-arch=sm_90", *TORCH_NVCC_DEFINES)
+SHORT_TYPES = {"float": "f32", "__half": "f16", "__nv_bfloat16": "bf16", "true": "res", "false": "nores"}
+
+
+def nvcc_path() -> Path:
+    return Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda") / "bin" / "nvcc"
+
+
+def hashed_files() -> list[Path]:
+    """Every file that can change a kernel's machine code: the .cu sources and the headers they include."""
+    return sorted(p for p in GPU_DIR.iterdir() if p.suffix in (".cu", ".cuh", ".h"))
+
+
+def source_hash() -> str:
+    """sha256 over the kernel sources (path and bytes) and the compile flags, as 16 hex digits."""
+    h = hashlib.sha256()
+    for p in hashed_files():
+        h.update(p.relative_to(REPO).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
+    h.update(" ".join(REPORT_FLAGS + GENCODE).encode())
+    return h.hexdigest()[:16]
+
+
+def nvcc_version() -> str:
+    out = subprocess.run([str(nvcc_path()), "--version"], capture_output=True, text=True, check=True).stdout
+    m = re.search(r"release ([\d.]+), (V[\d.]+)", out)
+    return f"{m.group(1)} ({m.group(2)})" if m else out.strip().splitlines()[-1]
+
+
+def demangle(names: list[str]) -> dict[str, str]:
+    try:
+        out = subprocess.run(["c++filt"], input="\n".join(names), capture_output=True, text=True, check=True).stdout
+        return dict(zip(names, out.splitlines()))
+    except (OSError, subprocess.CalledProcessError):
+        return {n: n for n in names}
+
+
+def short_name(demangled: str) -> str:
+    """'void normlab::rms_fwd_v45<__nv_bfloat16, float, 8, true>(...)' -> 'rms_fwd_v45[bf16,f32,8,res]'.
+
+    Keys contain no dots, so a page can address them with ``{{ data(...) }}``'s dotted paths.
+    """
+    m = re.match(r"(?:void )?(?:normlab::)?(\w+)<(.*?)>\(", demangled)
+    if not m:
+        return re.sub(r"[^\w\[\],]", "_", demangled)
+    args = [SHORT_TYPES.get(a.strip(), a.strip()) for a in m.group(2).split(",")]
+    return f"{m.group(1)}[{','.join(args)}]"
+
+
+_PTXAS = re.compile(
+    r"Function properties for (\S+)\n\s*(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads\n"
+    r"ptxas info\s*: Used (\d+) registers(?:, used (\d+) barriers)?(?:, (\d+) bytes cumulative stack size)?"
+    r"(?:, (\d+) bytes smem)?"
+)
+
+
+def ptxas_info(src: Path, tmp: Path) -> dict[str, dict]:
+    cmd = [str(nvcc_path()), *REPORT_FLAGS, "-Xptxas", "-v", "-cubin", str(src), "-o", str(tmp / (src.stem + ".cubin"))]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=GPU_DIR)
+    if proc.returncode != 0:
+        raise RuntimeError(f"nvcc failed on {src.name}:\n{proc.stderr[-4000:]}")
+    info = {}
+    for m in _PTXAS.finditer(proc.stderr):
+        info[m.group(1)] = {
+            "registers": int(m.group(5)),
+            "spill_stores_bytes": int(m.group(3)),
+            "spill_loads_bytes": int(m.group(4)),
+            "stack_frame_bytes": int(m.group(2)),
+            "barriers": int(m.group(6) or 0),
+            "static_smem_bytes": int(m.group(8) or 0),
+        }
+    if not info:
+        raise RuntimeError(f"no ptxas report parsed for {src.name}:\n{proc.stderr[-2000:]}")
+    return info
+
+
+def ptx_counts(src: Path, tmp: Path) -> dict[str, dict]:
+    ptx = tmp / (src.stem + ".ptx")
+    cmd = [str(nvcc_path()), *REPORT_FLAGS, "-ptx", str(src), "-o", str(ptx)]
+    subprocess.run(cmd, capture_output=True, text=True, cwd=GPU_DIR, check=True)
+    text = ptx.read_text()
+    counts = {}
+    # each kernel starts at ".visible .entry NAME(" and its body runs to the next entry
+    parts = re.split(r"\.(?:visible|weak)\s+\.entry\s+", text)[1:]
+    for part in parts:
+        name = part.split("(", 1)[0].strip()
+        counts[name] = {
+            "ld_global_128bit": len(re.findall(r"\bld\.global(?:\.nc)?\.v4\.(?:u32|b32|f32|s32)", part))
+            + len(re.findall(r"\bld\.global(?:\.nc)?\.v2\.(?:u64|b64|f64)", part)),
+            "st_global_128bit": len(re.findall(r"\bst\.global\.v4\.(?:u32|b32|f32|s32)", part))
+            + len(re.findall(r"\bst\.global\.v2\.(?:u64|b64|f64)", part)),
+            "mma_instructions": len(re.findall(r"\b(?:w?gmma|mma)\.", part)),
+        }
+    return counts
+
+
+def machine() -> dict:
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
+
+
+def run(out: Path = OUT) -> dict:
+    from tqdm import tqdm
+
+    kernels: dict[str, dict] = {}
+    with tempfile.TemporaryDirectory() as t:
+        tmp = Path(t)
+        for rel in tqdm(KERNEL_SOURCES, desc="nvcc -Xptxas -v", unit="file"):
+            src = SOURCES / rel
+            info = ptxas_info(src, tmp)
+            counts = ptx_counts(src, tmp)
+            names = demangle(sorted(info))
+            for mangled, res in sorted(info.items()):
+                key = short_name(names[mangled])
+                kernels[key] = {"file": f"cuda/{rel}", "kernel": names[mangled].split("(")[0], **res,
+                                **counts.get(mangled, {})}
+    data = {
+        "what": "per-kernel resource usage reported by ptxas -v for sm_90, and 128-bit access counts from the PTX",
+        "nvcc": nvcc_version(),
+        "flags": list(REPORT_FLAGS),
+        "arch": "sm_90",
+        "source_hash": source_hash(),
+        "sources": [p.relative_to(REPO).as_posix() for p in hashed_files()],
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine(),
+        "totals": {
+            "kernels": len(kernels),
+            "with_spills": sum(1 for k in kernels.values() if k["spill_stores_bytes"] or k["spill_loads_bytes"]),
+            "max_registers": max(k["registers"] for k in kernels.values()),
+            "mma_instructions": sum(k.get("mma_instructions", 0) for k in kernels.values()),
+        },
+        "kernels": dict(sorted(kernels.items())),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=OUT)
+    args = ap.parse_args(argv)
+    data = run(args.out)
+    t = data["totals"]
+    print(f"wrote {args.out}: {t['kernels']} kernels, max {t['max_registers']} registers, "
+          f"{t['with_spills']} with spills, nvcc {data['nvcc']}, hash {data['source_hash']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""Fused RMSNorm and LayerNorm as PyTorch custom ops (library ``normlab``, sources in ``cuda/``).
+
+The native library is built on the first call (or by :func:`load`) with ``torch.utils.cpp_extension`` and
+cached under ``build/native/normlab_cpu``; importing this module builds nothing. Loading it declares the
+four ops (``cuda/ops.cpp``), registers their CPU kernels (``cuda/cpu/``), and this module then registers
+a fake implementation for each op (so ``torch.compile(fullgraph=True)`` traces through them) and the
+autograd formulas (forward ops differentiate through the backward ops).
+
+Numerics (see ``cuda/ops.cpp`` for the op-level contract):
+
+- Normalization over the last dimension; any leading shape; inputs of any strides (made contiguous).
+- x of dtype float32, bfloat16 or float16 (float64 is refused: use :func:`reference_impl.rms_norm`); the
+  weight (and bias) of x's dtype or float32. Statistics and all arithmetic in float32; outputs in x's dtype.
+- eps inside the square root. Forward saves only the per-row ``rstd`` (float32) besides its input.
+- RMSNorm conventions: ``"llama"``: ``y = round_x(round_x(x * rstd) * weight)`` (Hugging Face
+  ``LlamaRMSNorm``: normalize in fp32, cast to x's dtype, then multiply by the weight);
+  ``"gemma"``: ``y = round_x((x * rstd) * (1 + weight))`` computed in fp32 and cast once.
+- Gradient reductions over rows are deterministic (fixed row blocks, fixed-order sums, no atomics).
+"""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from ._checks import check_eps, check_input, check_param
+from .native import NativeBuildError, load_extension
+
+__all__ = ["fused_rms_norm", "fused_layer_norm", "load", "CONVENTIONS", "SUPPORTED_DTYPES"]
+
+CONVENTIONS = {"llama": 0, "gemma": 1}
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+NATIVE_NAME = "normlab_cpu"
+NATIVE_SOURCES = ("ops.cpp", "cpu/rms_norm_cpu.cpp", "cpu/layer_norm_cpu.cpp")
+# -ffp-contract=off: no silent a*b+c -> fma, so vector lanes and scalar tails round identically.
+# -fopenmp: at::parallel_for expands to an OpenMP region in the extension's own code.
+NATIVE_CFLAGS = ("-O3", "-ffp-contract=off", "-fopenmp")
+NATIVE_LDFLAGS = ("-fopenmp",)
+
+_lock = threading.Lock()
+_loaded = False
+
+
+def _build():
+    """Compile (or reuse) and load the CPU library; raises :class:`NativeBuildError` without a compiler."""
+    return load_extension(NATIVE_NAME, NATIVE_SOURCES, extra_cflags=NATIVE_CFLAGS, extra_ldflags=NATIVE_LDFLAGS)
+
+
+def load() -> None:
+    """Build and load the ``normlab`` library once, then register its fake and autograd implementations.
+
+    Called by the entry points on first use; call it yourself before ``torch.compile`` tracing if the ops
+    have not run yet.
+    """
+    global _loaded
+    if _loaded:
+        return
+    with _lock:
+        if _loaded:
+            return
+        _build()
+        _register_python_parts()
+        _loaded = True
+
+
+def _ensure_device(x: torch.Tensor) -> None:
+    load()
+    if x.is_cuda:
+        try:
+            from .cuda_ops import ensure_loaded
+        except ImportError as exc:
+            raise NativeBuildError(
+                "x is a CUDA tensor but reference_impl.cuda_ops (the CUDA kernels of the normlab ops) is not "
+                f"available: {exc}"
+            ) from exc
+        ensure_loaded()
+    elif x.device.type != "cpu":
+        raise ValueError(f"the fused ops run on CPU and CUDA tensors; x is on {x.device}")
+
+
+def _register_python_parts() -> None:
+    """Fake implementations (shapes and dtypes only) and autograd formulas for the four ops."""
+
+    # --8<-- [start:fakes]
+    @torch.library.register_fake("normlab::rms_norm_fwd")
+    def _rms_fwd_fake(x, weight, residual, eps, convention):
+        res_out = torch.empty_like(x) if residual is not None else x.new_empty((0,))
+        return torch.empty_like(x), res_out, x.new_empty(x.shape[:-1], dtype=torch.float32)
+
+    @torch.library.register_fake("normlab::rms_norm_bwd")
+    def _rms_bwd_fake(dy, x, weight, rstd, convention):
+        dw = torch.empty_like(weight) if weight is not None else x.new_empty((0,))
+        return torch.empty_like(x), dw
+
+    @torch.library.register_fake("normlab::layer_norm_fwd")
+    def _ln_fwd_fake(x, weight, bias, eps):
+        stat = x.new_empty(x.shape[:-1], dtype=torch.float32)
+        return torch.empty_like(x), stat, torch.empty_like(stat)
+
+    @torch.library.register_fake("normlab::layer_norm_bwd")
+    def _ln_bwd_fake(dy, x, weight, mean, rstd):
+        dw = torch.empty_like(weight) if weight is not None else x.new_empty((0,))
+        return torch.empty_like(x), dw, dy.new_empty((x.shape[-1],))
+    # --8<-- [end:fakes]
+
+    # --8<-- [start:autograd]
+    def _rms_setup(ctx, inputs, output):
+        x, weight, residual, eps, convention = inputs
+        y, res_out, rstd = output
+        # the normalized tensor is h = x + residual when a residual is fused: that is what backward needs
+        ctx.save_for_backward(res_out if residual is not None else x, weight, rstd)
+        ctx.convention = convention
+        ctx.has_residual = residual is not None
+        ctx.mark_non_differentiable(rstd)
+
+    def _rms_backward(ctx, dy, d_res_out, _d_rstd):
+        h, weight, rstd = ctx.saved_tensors
+        if dy is None:  # only the new residual was used downstream
+            dy = torch.zeros_like(h)
+        dh, dw = torch.ops.normlab.rms_norm_bwd(dy.contiguous(), h, weight, rstd, ctx.convention)
+        if ctx.has_residual and d_res_out is not None:
+            dh = dh + d_res_out  # residual_out = h is an output too: its gradient joins dy's
+        return dh, (dw if weight is not None else None), (dh if ctx.has_residual else None), None, None
+
+    torch.library.register_autograd("normlab::rms_norm_fwd", _rms_backward, setup_context=_rms_setup)
+
+    def _ln_setup(ctx, inputs, output):
+        x, weight, bias, eps = inputs
+        y, mean, rstd = output
+        ctx.save_for_backward(x, weight, mean, rstd)
+        ctx.bias_dtype = None if bias is None else bias.dtype
+        ctx.mark_non_differentiable(mean, rstd)
+
+    def _ln_backward(ctx, dy, _d_mean, _d_rstd):
+        x, weight, mean, rstd = ctx.saved_tensors
+        if dy is None:
+            dy = torch.zeros_like(x)
+        dx, dw, db = torch.ops.normlab.layer_norm_bwd(dy.contiguous(), x, weight, mean, rstd)
+        db = None if ctx.bias_dtype is None else db.to(ctx.bias_dtype)
+        return dx, (dw if weight is not None else None), db, None
+
+    torch.library.register_autograd("normlab::layer_norm_fwd", _ln_backward, setup_context=_ln_setup)
+    # --8<-- [end:autograd]
+
+
+def _check_fused_input(x, fn: str) -> None:
+    check_input(x)
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"{fn} supports float32, bfloat16 and float16; x has dtype {x.dtype} "
+            "(use reference_impl.rms_norm / layer_norm for float64)"
+        )
+
+
+def _check_fused_param(p, x, name: str) -> None:
+    check_param(p, x, name)
+    if p is not None and p.dtype not in (x.dtype, torch.float32):
+        raise TypeError(f"{name} has dtype {p.dtype}; the fused op needs x's dtype ({x.dtype}) or float32")
+
+
+def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
+                   residual: torch.Tensor | None = None, convention: str = "llama"):
+    """Fused RMSNorm over the last dimension, optionally fused with the residual add.
+
+    Args:
+        x: ``(..., d)`` tensor, float32, bfloat16 or float16, on the CPU (or CUDA with the CUDA kernels).
+        weight: gain of shape ``(d,)`` in x's dtype or float32, or ``None`` (no gain).
+        eps: non-negative number added to the mean square inside the square root.
+        residual: ``None``, or a tensor of x's shape and dtype. Then ``h = round_x(x + residual)`` (sum in
+            fp32, one rounding) is normalized and returned as the new residual stream.
+        convention: ``"llama"`` (``round_x(round_x(h * rstd) * weight)``) or ``"gemma"``
+            (``round_x(h * rstd * (1 + weight))``, the weight stored as an offset from one).
+
+    Returns:
+        ``y`` of x's shape and dtype, or ``(y, h)`` when ``residual`` is given. Differentiable in ``x``,
+        ``weight`` and ``residual``.
+
+    Raises:
+        TypeError: non-tensor input; integer, bool, complex or float64 dtype; weight dtype other than
+            x's or float32; unknown convention type.
+        ValueError: 0-d ``x``; weight or residual of the wrong shape or device; bad ``eps``; unknown
+            convention name.
+        reference_impl.native.NativeBuildError: the native library cannot be built (no C++ compiler).
+    """
+    _check_fused_input(x, "fused_rms_norm")
+    _check_fused_param(weight, x, "weight")
+    eps = check_eps(eps)
+    if not isinstance(convention, str):
+        raise TypeError(f"convention must be a string, got {type(convention).__name__}")
+    if convention not in CONVENTIONS:
+        raise ValueError(f"unknown convention {convention!r}; expected one of {sorted(CONVENTIONS)}")
+    if residual is not None:
+        check_input(residual, "residual")
+        if residual.shape != x.shape:
+            raise ValueError(f"residual has shape {tuple(residual.shape)} but x has shape {tuple(x.shape)}")
+        if residual.dtype != x.dtype:
+            raise TypeError(f"residual has dtype {residual.dtype} but x has dtype {x.dtype}; they must match")
+        if residual.device != x.device:
+            raise ValueError(f"residual is on {residual.device} but x is on {x.device}")
+        residual = residual.contiguous()
+    _ensure_device(x)
+    y, res_out, _ = torch.ops.normlab.rms_norm_fwd(
+        x.contiguous(), None if weight is None else weight.contiguous(), residual, eps, CONVENTIONS[convention]
+    )
+    return y if residual is None else (y, res_out)
+
+
+def fused_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                     eps: float = 1e-5) -> torch.Tensor:
+    """Fused LayerNorm over the last dimension: ``round_x(((x - mean) * rstd) * weight + bias)``.
+
+    Two-pass statistics in fp32 (biased variance, as ``torch.nn.functional.layer_norm``). ``x`` float32,
+    bfloat16 or float16; ``weight`` and ``bias`` of shape ``(d,)`` in x's dtype or float32, or ``None``.
+    Returns a tensor of x's shape and dtype, differentiable in ``x``, ``weight`` and ``bias``. The bias
+    gradient is accumulated in fp32 and rounded to x's dtype by the op, then returned in the bias dtype.
+    Errors as :func:`fused_rms_norm`.
+    """
+    _check_fused_input(x, "fused_layer_norm")
+    _check_fused_param(weight, x, "weight")
+    _check_fused_param(bias, x, "bias")
+    eps = check_eps(eps)
+    _ensure_device(x)
+    y, _, _ = torch.ops.normlab.layer_norm_fwd(
+        x.contiguous(), None if weight is None else weight.contiguous(),
+        None if bias is None else bias.contiguous(), eps,
+    )
+    return y

@@ -1,0 +1,348 @@
+"""Numerics of the conventions, measured: ``python -m reference_impl.numerics_study``.
+
+Writes ``docs/data/numerics.json`` and SVG plots under ``docs/data/plots/`` in one run:
+
+- ``adoption``: family -> norm class -> convention -> eps default, read from the installed transformers;
+- ``casting``: how far the casting orders land apart in bfloat16 and float16 (ulp histograms) and from
+  the float64 oracle;
+- ``fp16_overflow``: float16 statistics vs float32 statistics as the RMS of the input grows past 256;
+- ``accumulation``: relative error of the mean square vs hidden size, accumulated sequentially in
+  float16, bfloat16, float32, and by torch's float32 reduction, with the first-order bounds;
+- ``eps_placement``: the relative gap between eps inside and outside the root for small-RMS inputs;
+- ``neox_kernel``: torch's fused LayerNorm kernel vs a two-pass formula (why neox calls the kernel).
+
+Every number on the Numerics page comes from this file; the machine, versions and a hash of the sources
+that produced it are recorded with it.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import importlib
+import json
+import math
+import os
+import platform
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from . import conventions as cv
+from . import tolerances as tol
+
+REPO = Path(__file__).resolve().parent.parent
+OUT = REPO / "docs" / "data" / "numerics.json"
+PLOTS = REPO / "docs" / "data" / "plots"
+# the sources whose change invalidates the data file (tests/test_numerics_data.py checks the hash)
+SOURCES = ["reference_impl/conventions.py", "reference_impl/variants.py", "reference_impl/numerics_study.py"]
+HALF = {"bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def machine() -> dict:
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import transformers
+
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "numpy": np.__version__}
+
+
+def source_hash() -> str:
+    h = hashlib.sha256()
+    for rel in SOURCES:
+        h.update(rel.encode())
+        h.update((REPO / rel).read_bytes())
+    return h.hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------------ adoption
+
+def adoption() -> dict:
+    out = {}
+    for family, folder, cls, conv, cfg, attr, layer in cv.FAMILIES:
+        config = getattr(importlib.import_module(f"transformers.models.{folder}.configuration_{folder}"), cfg)()
+        out[cv.family_key(family)] = {
+            "family": family, "norm_class": cls, "convention": conv, "eps": float(getattr(config, attr)),
+            "eps_attribute": attr, "config_class": cfg, "layer_class": layer,
+            "source": f"transformers/models/{folder}/modeling_{folder}.py",
+        }
+    return out
+
+
+# ------------------------------------------------------------------------------------------ ulps
+
+def ulp(v: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+    """Spacing of ``dtype`` at |v| (float64 array): 2**(floor(log2|v|) - mantissa bits), subnormal floor."""
+    fi = torch.finfo(dtype)
+    bits = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23}[dtype]
+    a = np.maximum(np.abs(v), fi.tiny)
+    return np.exp2(np.floor(np.log2(a)) - bits)
+
+
+def casting(rows: int, d: int, seed: int) -> dict:
+    """Same inputs and gains through each distinct casting order; differences in ulps of the output dtype."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, dt in HALF.items():
+        x = torch.randn(rows, d, generator=g, dtype=torch.float64).mul(2).to(dt)
+        w = (1 + 0.5 * torch.randn(d, generator=g, dtype=torch.float64)).to(dt)
+        orders = {
+            "cast once (reference, torch, olmo2)": cv.rms_norm(x, w, 1e-6, convention="reference"),
+            "cast, then gain (llama, t5)": cv.rms_norm(x, w, 1e-6, convention="llama"),
+        }
+        exact = cv.oracle_forward(x.double().numpy(), w.double().numpy(), 1e-6)
+        u = ulp(exact, dt)
+        a = orders["cast, then gain (llama, t5)"].double().numpy()
+        b = orders["cast once (reference, torch, olmo2)"].double().numpy()
+        diff = np.abs(a - b) / u
+        hist = {str(k): int(np.sum(np.round(diff) == k)) for k in range(0, 4)}
+        entry = {
+            "rows": rows, "d": d, "elements": int(a.size),
+            "fraction_different": float(np.mean(a != b)),
+            "max_ulp_between": float(diff.max()), "mean_ulp_between": float(diff.mean()),
+            "histogram_ulp_between": hist,
+            "max_ulp_vs_oracle": {k: float((np.abs(v.double().numpy() - exact) / u).max()) for k, v in orders.items()},
+            "mean_ulp_vs_oracle": {k: float((np.abs(v.double().numpy() - exact) / u).mean()) for k, v in orders.items()},
+        }
+        # Gemma's gain: the stored value is w - 1, so 1 + w is formed in float32. For gains near 1 this keeps
+        # more bits of the gain than storing it directly in the half dtype.
+        target = (1 + 0.01 * torch.randn(d, generator=g, dtype=torch.float64))
+        direct = target.to(dt).double()
+        offset = 1 + (target - 1).to(dt).double()
+        entry["gain_near_one"] = {
+            "spread": 0.01,
+            "max_abs_error_direct": float((direct - target).abs().max()),
+            "max_abs_error_offset": float((offset - target).abs().max()),
+        }
+        out[name] = entry
+    return out
+
+
+# ------------------------------------------------------------------------------------------ fp16 overflow
+
+def fp16_overflow(d: int, seed: int) -> dict:
+    """Rows of RMS ``a``: statistics in float16 (x*x in float16) vs in float32 (every convention)."""
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(8, d, generator=g, dtype=torch.float64)
+    base = base / base.pow(2).mean(-1, keepdim=True).sqrt()
+    levels = [1.0, 16.0, 64.0, 128.0, 200.0, 255.0, 256.0, 300.0, 1000.0, 4096.0]
+    threshold = math.sqrt(torch.finfo(torch.float16).max)
+    rows = []
+    for a in levels:
+        x = (base * a).to(torch.float16)
+        exact = cv.oracle_forward(x.double().numpy(), None, 1e-6)
+        half_stats = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)).double().numpy()
+        fp32_stats = cv.rms_norm(x, None, 1e-6, convention="llama").double().numpy()
+        sq_inf = float(torch.isinf(x.pow(2)).float().mean())
+        rows.append({
+            "rms": a, "fraction_of_squares_inf": sq_inf,
+            "max_rel_error_fp16_stats": _max_rel(half_stats, exact),
+            "max_rel_error_fp32_stats": _max_rel(fp32_stats, exact),
+        })
+    return {"d": d, "overflow_threshold": threshold, "float16_max": float(torch.finfo(torch.float16).max), "rows": rows}
+
+
+def _max_rel(a, e):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.abs(a - e) / np.abs(e)
+    r = np.where(np.isnan(r), np.inf, r)
+    return float(r.max()) if np.isfinite(r.max()) else "inf"
+
+
+# ------------------------------------------------------------------------------------------ accumulation
+
+def accumulation(max_log2: int, rows: int, seed: int) -> dict:
+    """Relative error of mean(x**2) (N(0,1) entries) when the sum is accumulated in various precisions."""
+    d_max = 2 ** max_log2
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, d_max, generator=g, dtype=torch.float64)
+    sq64 = x * x
+    exact_prefix = np.cumsum(sq64.numpy(), axis=1)
+    sizes = [2 ** k for k in range(6, max_log2 + 1)]
+    out = {"rows": rows, "sizes": sizes, "series": {}, "bounds": {}}
+    # sequential accumulation in each dtype (every partial sum rounded), squares formed in that dtype
+    for name, dt in (("float16", torch.float16), ("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+        xs = x.to(dt)
+        sq = xs * xs
+        acc = torch.zeros(rows, dtype=dt)
+        errs = {}
+        exact_d = np.cumsum((xs.double() ** 2).numpy(), axis=1)
+        targets = set(sizes)
+        for j in tqdm(range(d_max), desc=f"sequential {name}", leave=False, mininterval=1.0):
+            acc = acc + sq[:, j]
+            if j + 1 in targets:
+                e = exact_d[:, j]
+                with np.errstate(invalid="ignore"):
+                    rel = np.abs(acc.double().numpy() - e) / e
+                rel = np.where(np.isfinite(rel), rel, np.inf)
+                errs[j + 1] = float(np.max(rel))
+        out["series"][f"sequential {name}"] = [errs[s] if np.isfinite(errs[s]) else "inf" for s in sizes]
+        u = tol.unit_roundoff(dt)
+        out["bounds"][name] = [(tol.gamma(s, u) if s * u < 1 else "none") for s in sizes]
+    # what torch does: upcast to float32 and reduce with its own (blocked) order
+    for name, dt in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+        xs = x.to(dt)
+        errs = []
+        for s in sizes:
+            got = xs[:, :s].float().pow(2).sum(-1).double().numpy()
+            e = np.sum((xs[:, :s].double() ** 2).numpy(), axis=1)
+            errs.append(float(np.max(np.abs(got - e) / e)))
+        out["series"][f"torch float32 reduction ({name} input)"] = errs
+    del exact_prefix
+    return out
+
+
+# ------------------------------------------------------------------------------------------ eps placement
+
+def eps_placement(d: int, seed: int) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    base = torch.randn(4, d, generator=g, dtype=torch.float64)
+    base = base / base.pow(2).mean(-1, keepdim=True).sqrt()
+    rows = []
+    for eps in (1e-8, 1e-6, 1e-5):
+        for rms in (1.0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-6):
+            x = (base * rms).to(torch.float32)
+            inside = cv.rms_norm(x, None, eps, convention="reference").double()
+            outside = cv.rms_norm(x, None, eps, convention="reference", eps_placement="outside").double()
+            measured = float(((inside - outside).abs().max() / inside.abs().max()).item())
+            out_rms = float(inside.pow(2).mean(-1).sqrt().mean())
+            rows.append({"eps": eps, "rms": rms, "relative_gap": measured,
+                         "closed_form": abs(math.sqrt(rms * rms + eps) / (rms + eps) - 1),
+                         "output_rms_inside": out_rms,
+                         "output_rms_outside": float(outside.pow(2).mean(-1).sqrt().mean())})
+    return {"d": d, "rows": rows}
+
+
+# ------------------------------------------------------------------------------------------ neox kernel
+
+def neox_kernel(seed: int) -> dict:
+    """torch's fused LayerNorm kernel vs a two-pass float32 formula: not the same bits, both within the
+    policy bound (``tolerances.ln_forward_bound``) of the float64 oracle."""
+    from . import oracle
+
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, dt in (("float32", torch.float32), ("bfloat16", torch.bfloat16), ("float16", torch.float16)):
+        x = (torch.randn(64, 2048, generator=g) * 2 + 3).to(dt)
+        w = (1 + 0.5 * torch.randn(2048, generator=g)).to(dt)
+        b = (0.3 * torch.randn(2048, generator=g)).to(dt)
+        kernel = torch.nn.functional.layer_norm(x, (2048,), w, b, 1e-5)
+        xf = x.float()
+        xc = xf - xf.mean(-1, keepdim=True)
+        two_pass = (xc * torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + 1e-5) * w.float() + b.float()).to(dt)
+        exact = oracle.layer_norm_forward(x.double().numpy(), w.double().numpy(), b.double().numpy(), 1e-5)
+        bound = tol.ln_forward_bound(x, w, b, 1e-5, dt)
+        out[name] = {
+            "fraction_different": float((kernel != two_pass).float().mean()),
+            "max_abs_difference": float((kernel.double() - two_pass.double()).abs().max()),
+            "max_error_over_bound_kernel": float((np.abs(kernel.double().numpy() - exact) / bound).max()),
+            "max_error_over_bound_two_pass": float((np.abs(two_pass.double().numpy() - exact) / bound).max()),
+        }
+    return out
+
+
+# ------------------------------------------------------------------------------------------ plots
+
+def plots(data: dict) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.hashsalt"] = "numerics"  # deterministic ids in the SVG
+    PLOTS.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    acc = data["accumulation"]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for label, ys in acc["series"].items():
+        pts = [(s, y) for s, y in zip(acc["sizes"], ys) if y != "inf" and y > 0]
+        if pts:
+            ax.loglog(*zip(*pts), marker="o", ms=3, label=label)
+    for name, ys in acc["bounds"].items():
+        pts = [(s, y) for s, y in zip(acc["sizes"], ys) if y != "none"]
+        if pts:
+            ax.loglog(*zip(*pts), ls="--", lw=0.8, color="grey")
+    ax.set_xlabel("hidden size d (terms in the sum of squares)")
+    ax.set_ylabel("max relative error of sum(x²)")
+    ax.set_title("Accumulating the mean square: precision of the running sum")
+    ax.legend(fontsize=7)
+    ax.grid(True, which="both", lw=0.3)
+    fig.tight_layout()
+    fig.savefig(PLOTS / "numerics_accumulation.svg", metadata={"Date": None})
+    plt.close(fig)
+    written.append("numerics_accumulation.svg")
+
+    ov = data["fp16_overflow"]
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    xs = [r["rms"] for r in ov["rows"]]
+    for key, label in (("max_rel_error_fp16_stats", "statistics in float16"), ("max_rel_error_fp32_stats", "statistics in float32")):
+        ys = [1.0 if r[key] == "inf" else min(float(r[key]), 1.0) for r in ov["rows"]]
+        ax.loglog(xs, ys, marker="o", label=label)
+    ax.axvline(ov["overflow_threshold"], color="grey", ls="--", lw=0.8)
+    ax.set_xlabel("RMS of the float16 input row")
+    ax.set_ylabel("max relative error of the output (capped at 1)")
+    ax.set_title("float16 squares overflow above sqrt(65504) ≈ 256")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", lw=0.3)
+    fig.tight_layout()
+    fig.savefig(PLOTS / "numerics_fp16_overflow.svg", metadata={"Date": None})
+    plt.close(fig)
+    written.append("numerics_fp16_overflow.svg")
+
+    ep = data["eps_placement"]
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    for eps in sorted({r["eps"] for r in ep["rows"]}):
+        rs = [r for r in ep["rows"] if r["eps"] == eps]
+        ax.loglog([r["rms"] for r in rs], [max(r["relative_gap"], 1e-12) for r in rs], marker="o", label=f"eps = {eps:g}")
+    ax.set_xlabel("RMS of the input row")
+    ax.set_ylabel("relative gap, eps inside vs outside")
+    ax.set_title("Where eps sits matters only when the RMS approaches sqrt(eps)")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", lw=0.3)
+    fig.tight_layout()
+    fig.savefig(PLOTS / "numerics_eps_placement.svg", metadata={"Date": None})
+    plt.close(fig)
+    written.append("numerics_eps_placement.svg")
+    return written
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (for a smoke test); not for the site")
+    args = ap.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    torch.manual_seed(0)
+    steps = [
+        ("adoption", lambda: adoption()),
+        ("casting", lambda: casting(64 if args.quick else 256, 4096, 1)),
+        ("fp16_overflow", lambda: fp16_overflow(1024, 2)),
+        ("accumulation", lambda: accumulation(10 if args.quick else 16, 16, 3)),
+        ("eps_placement", lambda: eps_placement(1024, 4)),
+        ("neox_kernel", lambda: neox_kernel(5)),
+    ]
+    data = {"meta": {"machine": machine(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                     "source_hash": source_hash(), "sources": SOURCES, "command": "python -m reference_impl.numerics_study",
+                     "quick": bool(args.quick)}}
+    for name, fn in tqdm(steps, desc="numerics study"):
+        data[name] = fn()
+    data["meta"]["plots"] = plots(data)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {args.out} and {len(data['meta']['plots'])} plots in {PLOTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

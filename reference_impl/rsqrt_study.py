@@ -1,0 +1,560 @@
+"""The reciprocal-square-root study: ``python -m reference_impl.rsqrt_study``.
+
+CPU (default): sweeps every positive finite float32 (bit patterns 0x00000001..0x7F7FFFFF, normals and
+subnormals) through every CPU method in ``reference_impl.rsqrt`` and compares each result with the
+correctly rounded 1/sqrt(x); times the methods (cache-resident and streaming); times an RMSNorm row loop
+with exact and approximate rsqrt; measures the error an approximate rsqrt leaves in RMSNorm's output per
+output dtype. Writes ``docs/data/rsqrt_cpu.json`` and the plots ``docs/data/plots/rsqrt_*.svg``.
+
+GPU (``--gpu``, on a machine with a CUDA device): sweeps the same inputs through the device methods of
+``cuda/rsqrt/rsqrt_gpu.cu``, built without and with ``-use_fast_math``, and writes
+``docs/data/rsqrt_gpu.json`` (device, driver, versions, date). Without a device it exits with status 2
+and writes nothing.
+
+Options: ``--stride N`` sweeps every N-th pattern only (the data file then says it is not exhaustive);
+``--plots-only`` re-renders the plots from an existing data file.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import json
+import math
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from . import rsqrt as R
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "docs" / "data"
+PLOTS = DATA / "plots"
+CPU_JSON = DATA / "rsqrt_cpu.json"
+GPU_JSON = DATA / "rsqrt_gpu.json"
+SOURCES = ["cuda/rsqrt/rsqrt_common.h", "cuda/rsqrt/rsqrt_cpu.cpp", "cuda/rsqrt/rsqrt_gpu.cu",
+           "cuda/rsqrt/rsqrt_gpu_api.h", "cuda/rsqrt/rsqrt_gpu_bind.cpp", "reference_impl/rsqrt.py",
+           "reference_impl/rsqrt_study.py"]
+SIMD_FLAGS = ("sse", "sse2", "sse3", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f",
+              "avx512dq", "avx512cd", "avx512bw", "avx512vl", "avx512er")
+
+#: Seeds whose Newton steps the page compares with theory: raw method -> (1-step, 2-step) methods.
+NEWTON = {
+    "sse_rsqrt": [("classic", "sse_rsqrt_nr1", "sse_rsqrt_nr2"),
+                  ("rearranged", "sse_rsqrt_nr1_rearranged", "sse_rsqrt_nr2_rearranged")],
+    "avx_rsqrt": [("classic", "avx_rsqrt_nr1", "avx_rsqrt_nr2"), ("fma", "avx_rsqrt_nr1_fma", "avx_rsqrt_nr2_fma")],
+    "avx512_rsqrt14": [("classic", "avx512_rsqrt14_nr1", "avx512_rsqrt14_nr2"),
+                       ("fma", "avx512_rsqrt14_nr1_fma", "avx512_rsqrt14_nr2_fma")],
+    "quake": [("classic", "quake_nr1", "quake_nr2")],
+    "lomont": [("classic", "lomont_nr1", "lomont_nr2")],
+}
+PROFILED = ["sse_rsqrt", "avx512_rsqrt14", "quake", "lomont", "walczyk", "sse_rsqrt_nr1",
+            "sse_rsqrt_nr1_rearranged", "avx512_rsqrt14_nr1_fma", "quake_nr1", "lomont_nr1", "walczyk_nr1",
+            "libm_div_sqrt"]
+RMS_METHODS = ["libm_div_sqrt", "sse_rsqrt", "sse_rsqrt_nr1", "sse_rsqrt_nr2", "sse_rsqrt_nr1_rearranged",
+               "avx512_rsqrt14", "avx512_rsqrt14_nr1_fma", "quake_nr1", "walczyk_nr1", "walczyk_nr2"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Machine and provenance
+# ---------------------------------------------------------------------------------------------------
+def cpuinfo() -> dict:
+    model, vendor, flags = platform.processor() or "unknown", "unknown", []
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, val = line.partition(":")
+            key = key.strip()
+            if key == "model name" and model in ("unknown", platform.processor()):
+                model = val.strip()
+            elif key == "vendor_id" and vendor == "unknown":
+                vendor = val.strip()
+            elif key == "flags" and not flags:
+                flags = val.split()
+    except OSError:
+        pass
+    return {"cpu": model, "vendor": vendor, "simd_flags": [f for f in SIMD_FLAGS if f in flags]}
+
+
+def source_hash() -> str:
+    h = hashlib.sha256()
+    for rel in SOURCES:
+        p = REPO / rel
+        h.update(rel.encode())
+        h.update(p.read_bytes() if p.exists() else b"<missing>")
+    return h.hexdigest()[:16]
+
+
+def provenance() -> dict:
+    info = cpuinfo()
+    return {
+        "command": "python -m reference_impl.rsqrt_study",
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "source_hash": source_hash(),
+        "machine": {**info, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__},
+    }
+
+
+def _fx(bits: int) -> dict:
+    return {"bits": f"0x{int(bits):08X}", "value": float(R.bits_to_float([int(bits)])[0])}
+
+
+def _clean(g: dict, seed_bound: float) -> dict:
+    """A group's statistics for the data file (no infinities: empty extrema become None)."""
+    finite = g["count"] - g["nonfinite"]
+    out = {k: g[k] for k in ("count", "exact", "nonfinite", "max_ulp_int", "max_ulp", "max_abs_rel",
+                             "ulp_hist", "rel_hist")}
+    out["mean_abs_rel"] = g["sum_abs_rel"] / finite if finite else None
+    out["min_rel"] = g["min_rel"] if finite else None
+    out["max_rel"] = g["max_rel"] if finite else None
+    out["exact_share"] = g["exact"] / g["count"] if g["count"] else None
+    out["bits"] = -math.log2(g["max_abs_rel"]) if finite and g["max_abs_rel"] > 0 else None
+    out["worst_ulp_x"] = _fx(g["worst_ulp_x"]) if finite else None
+    out["worst_rel_x"] = _fx(g["worst_rel_x"]) if finite else None
+    if seed_bound > 0:
+        out["within_documented_bound"] = bool(finite == g["count"] and g["max_abs_rel"] <= seed_bound)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# Parts of the CPU study
+# ---------------------------------------------------------------------------------------------------
+def run_sweep(names, stride: int, threads: int, quiet: bool) -> dict:
+    from tqdm import tqdm
+
+    total = (R.END_POSITIVE_FINITE - R.FIRST_POSITIVE + stride - 1) // stride
+    chunks = max(1, min(128, total // (1 << 20)))
+    with tqdm(total=total, unit="x", unit_scale=True, desc=f"sweep ({len(names)} methods)", disable=quiet) as bar:
+        return R.sweep(names, R.FIRST_POSITIVE, R.END_POSITIVE_FINITE, stride, chunks=chunks, threads=threads,
+                       progress=bar.update)
+
+
+def newton_theory(seed: dict) -> dict:
+    """Exact-arithmetic error after classic Newton steps from a seed with relative error in [lo, hi].
+
+    With y = R(1+e), y * (3 - x*y*y) / 2 = R(1 - 3e^2/2 - e^3/2): the error after one step is
+    -e^2 (3 + e) / 2, never positive, and its magnitude is largest at an end of [lo, hi]."""
+    lo, hi = seed["min_rel"], seed["max_rel"]
+
+    def step(e):
+        return -e * e * (3.0 + e) / 2.0
+
+    e1 = max(abs(step(lo)), abs(step(hi)))
+    e2 = abs(step(-e1))
+    return {"seed_min_rel": lo, "seed_max_rel": hi, "nr1_max_abs_rel": e1, "nr2_max_abs_rel": e2}
+
+
+def run_throughput(names, quick: bool, quiet: bool) -> dict:
+    from tqdm import tqdm
+
+    cache_n, cache_inner = 4096, (200 if quick else 2000)
+    stream_n = (1 << 20) if quick else (1 << 24)
+    out = {"cache_n": cache_n, "stream_n": stream_n, "threads": 1, "methods": {}}
+    for name in tqdm(names, desc="throughput", disable=quiet):
+        out["methods"][name] = {
+            "cache_ns": R.throughput_ns(name, cache_n, cache_inner, 3 if quick else 7),
+            "stream_ns": R.throughput_ns(name, stream_n, 1, 2 if quick else 5),
+        }
+    m = out["methods"]
+    ratios = {}
+    for fast, slow in (("sse_rsqrt", "sse_div_sqrt"), ("sse_rsqrt", "libm_div_sqrt"), ("avx_rsqrt", "avx_div_sqrt"),
+                       ("avx512_rsqrt14", "avx512_div_sqrt"), ("sse_rsqrt_nr1", "sse_div_sqrt"),
+                       ("avx_rsqrt_nr1_fma", "avx_div_sqrt"), ("avx512_rsqrt14_nr1_fma", "avx512_div_sqrt")):
+        if fast in m and slow in m:
+            ratios[f"{fast}_vs_{slow}"] = {"cache": m[slow]["cache_ns"] / m[fast]["cache_ns"],
+                                           "stream": m[slow]["stream_ns"] / m[fast]["stream_ns"]}
+    out["speedups"] = ratios
+    return out
+
+
+def run_rmsnorm_time(quick: bool, quiet: bool) -> dict:
+    """ns per row of the AVX2 RMSNorm row loop with each rsqrt variant, and the rsqrt's share."""
+    from tqdm import tqdm
+
+    if not R.cpu_features().get("avx2") or not R.cpu_features().get("fma"):
+        return {"available": False, "reason": "the row loop needs AVX2 and FMA"}
+    sizes = {"cache": 1 << 19, "stream": 1 << 23} if quick else {"cache": 1 << 20, "stream": 1 << 25}
+    out = {"available": True, "variants": ["exact", "rsqrtss", "rsqrtss_nr1", "none"], "elements": sizes,
+           "threads": 1, "rows": {}}
+    out["scalar_rsqrt_ns"] = {v: R.scalar_rsqrt_ns(v, 1 << 16, 3 if quick else 9)
+                              for v in ("exact", "rsqrtss", "rsqrtss_nr1")}
+    ds = [64, 256, 1024, 4096, 8192]
+    for d in tqdm(ds, desc="rmsnorm rows", disable=quiet):
+        entry = {}
+        for where, n in sizes.items():
+            rows = max(1, n // d)
+            t = R.rmsnorm_row_ns(d, rows, 3 if quick else 9)
+            t["rsqrt_share"] = max(0.0, (t["exact"] - t["none"]) / t["exact"])
+            t["scalar_rsqrt_share"] = out["scalar_rsqrt_ns"]["exact"] / t["exact"]
+            t["saving_rsqrtss"] = (t["exact"] - t["rsqrtss"]) / t["exact"]
+            t["saving_rsqrtss_nr1"] = (t["exact"] - t["rsqrtss_nr1"]) / t["exact"]
+            t["rows"] = rows
+            entry[where] = t
+        out["rows"][str(d)] = entry
+    for key in ("rsqrt_share", "scalar_rsqrt_share"):
+        out[f"max_{key}"] = max(e[w][key] for e in out["rows"].values() for w in e)
+        out[f"max_{key}_d1024_up"] = max(out["rows"][str(d)][w][key] for d in ds if d >= 1024 for w in sizes)
+    return out
+
+
+def _ulp_of(y64: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+    """Spacing of the output dtype at |y| (subnormal spacing below the normal range)."""
+    fi = torch.finfo(dtype)
+    mant = {torch.float32: 23, torch.bfloat16: 7, torch.float16: 10}[dtype]
+    a = np.maximum(np.abs(y64), float(fi.tiny))
+    return np.exp2(np.floor(np.log2(a)) - mant)
+
+
+def rmsnorm_error(rows: int = 512, d: int = 4096, eps: float = 1e-6, seed: int = 20261130,
+                  methods=RMS_METHODS) -> dict:
+    """Error an rsqrt method leaves in RMSNorm's output (Llama order: fp32 normalize, then cast).
+
+    x (rows x d) is drawn in the output dtype with row scales from 1e-3 to 1e3, upcast to fp32;
+    ms = mean(x^2) + eps in fp32 (torch); r = method(ms); y = (x * r).to(dtype). Against the float64
+    oracle: max error in output ulps, share of outputs that differ from the exact-rsqrt result, and
+    whether the result is within the project's tolerance policy (tolerances.rms_forward_bound)."""
+    from .tolerances import rms_forward_bound
+
+    g = torch.Generator().manual_seed(seed)
+    scales = torch.logspace(-3, 3, rows, dtype=torch.float64)
+    base = torch.randn(rows, d, generator=g, dtype=torch.float64) * scales[:, None]
+    out = {"rows": rows, "d": d, "eps": eps, "convention": "y = (x_fp32 * r).to(dtype), weight 1", "dtypes": {}}
+    avail = set(R.method_names())
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        x = base.to(dtype)
+        xf = x.float()
+        ms = (xf * xf).mean(-1) + eps
+        x64 = x.double().numpy()
+        y64 = x64 / np.sqrt(np.mean(x64 * x64, axis=-1, keepdims=True) + eps)
+        ulp = _ulp_of(y64, dtype)
+        bound = rms_forward_bound(x, None, eps, dtype)
+        y_exact = None
+        per = {}
+        u_o = R_unit(dtype)
+        for name in methods:
+            if name not in avail:
+                continue
+            r = R.rsqrt(ms.contiguous(), name)
+            y = (xf * r[:, None]).to(dtype)
+            if name == "libm_div_sqrt":
+                y_exact = y
+            yd = y.double().numpy()
+            err = np.abs(yd - y64)
+            r_exact = 1.0 / torch.sqrt(ms.double())
+            rel_r = ((r.double() - r_exact) / r_exact).abs().max().item()
+            per[name] = {
+                "max_err_ulp": float(np.max(err / ulp)),
+                "rsqrt_max_rel": rel_r,
+                "rsqrt_rel_over_u_out": rel_r / u_o,
+                "within_policy": bool(np.all(err <= bound)),
+                "max_err_over_bound": float(np.max(err / bound)),
+            }
+        for name in per:
+            y = (xf * R.rsqrt(ms.contiguous(), name)[:, None]).to(dtype)
+            per[name]["differs_from_exact_share"] = float((y != y_exact).double().mean().item())
+        out["dtypes"][str(dtype).replace("torch.", "")] = {"unit_roundoff": u_o, "methods": per}
+    return out
+
+
+def R_unit(dtype: torch.dtype) -> float:
+    return float(torch.finfo(dtype).eps) / 2.0
+
+
+# ---------------------------------------------------------------------------------------------------
+# Plots
+# ---------------------------------------------------------------------------------------------------
+def render_plots(data: dict, outdir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    written = []
+    cpu = data["machine"]["cpu"]
+    prof = data["profile"]
+    lo, hi, nb = int(prof["lo"], 16), int(prof["hi"], 16), prof["nbins"]
+    xs = R.bits_to_float(np.linspace(lo, hi, nb, endpoint=False).astype(np.uint32)).astype(np.float64)
+
+    def envelope(ax, names, scale=1.0):
+        for name in names:
+            p = prof["methods"].get(name)
+            if p is None:
+                continue
+            mn, mx = np.array(p["min"]) / scale, np.array(p["max"]) / scale
+            line = ax.plot(xs, mx, lw=0.8, label=name)[0]
+            ax.plot(xs, mn, lw=0.8, color=line.get_color())
+            ax.fill_between(xs, mn, mx, color=line.get_color(), alpha=0.15)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([1, 2, 4], ["1", "2", "4"])
+        ax.axhline(0, color="black", lw=0.5)
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    envelope(axes[0], ["sse_rsqrt", "avx512_rsqrt14"])
+    b = data["documented_bounds"]
+    for v, lab in ((b["rsqrtps"], "RSQRTPS bound"), (b["rsqrt14"], "VRSQRT14PS bound")):
+        axes[0].axhline(v, ls="--", lw=0.8, color="grey")
+        axes[0].axhline(-v, ls="--", lw=0.8, color="grey")
+        axes[0].text(1.02, v, lab, fontsize=7, va="bottom")
+    axes[0].set_title("hardware estimates")
+    envelope(axes[1], ["quake", "lomont", "walczyk"])
+    axes[1].set_title("bit-trick seeds")
+    for ax in axes:
+        ax.set_xlabel("x (two binades: the exponent's parity matters)")
+        ax.set_ylabel("relative error of 1/sqrt(x)")
+        ax.legend(fontsize=7)
+    fig.suptitle(f"Relative error over [1, 4), min/max per slice ({cpu})", fontsize=9)
+    fig.tight_layout()
+    written.append(_save(fig, outdir / "rsqrt_binade.svg"))
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    envelope(ax, ["sse_rsqrt_nr1", "sse_rsqrt_nr1_rearranged", "avx512_rsqrt14_nr1_fma", "libm_div_sqrt"],
+             scale=2.0**-24)
+    ax.set_ylabel("relative error / 2^-24")
+    ax.set_xlabel("x")
+    ax.set_title(f"After one Newton step ({cpu})", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    written.append(_save(fig, outdir / "rsqrt_newton.svg"))
+
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    show = [n for n in ("libm_div_sqrt", "sse_rsqrt", "sse_rsqrt_nr1", "sse_rsqrt_nr2_rearranged", "avx512_rsqrt14",
+                        "avx512_rsqrt14_nr1_fma", "quake_nr1", "walczyk_nr1", "walczyk_nr2") if n in data["methods"]
+            and data["methods"][n].get("normal")]
+    labels = R.ulp_bin_edges()
+    width = 0.8 / max(1, len(show))
+    for k, name in enumerate(show):
+        h = np.array(data["methods"][name]["normal"]["ulp_hist"], dtype=np.float64)
+        h = h / h.sum()
+        nz = np.flatnonzero(h)
+        ax.bar(nz + k * width, h[nz], width=width, label=name, log=True)
+    used = np.flatnonzero(sum(np.array(data["methods"][n]["normal"]["ulp_hist"]) for n in show))
+    ax.set_xticks(used + 0.4, [labels[i] for i in used], rotation=60, fontsize=7)
+    ax.set_xlabel("distance from the correctly rounded result (float steps)")
+    ax.set_ylabel("share of normal inputs")
+    ax.set_title(f"Ulp-distance histograms over all normal float32 inputs ({cpu})", fontsize=9)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    written.append(_save(fig, outdir / "rsqrt_ulp_hist.svg"))
+
+    tp = data["throughput"]["methods"]
+    names = list(tp)
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    idx = np.arange(len(names))
+    ax.bar(idx - 0.2, [tp[n]["cache_ns"] for n in names], 0.4, label=f"cache-resident ({data['throughput']['cache_n']} floats)")
+    ax.bar(idx + 0.2, [tp[n]["stream_ns"] for n in names], 0.4, label=f"streaming ({data['throughput']['stream_n']} floats)")
+    ax.set_xticks(idx, names, rotation=70, fontsize=7)
+    ax.set_ylabel("ns per element (one thread)")
+    ax.set_title(f"Throughput ({cpu})", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    written.append(_save(fig, outdir / "rsqrt_throughput.svg"))
+
+    rt = data.get("rmsnorm_time", {})
+    if rt.get("available"):
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ds = list(rt["rows"])
+        for where, mark in (("cache", "o-"), ("stream", "s--")):
+            ax.plot([int(d) for d in ds], [100 * rt["rows"][d][where]["rsqrt_share"] for d in ds], mark,
+                    label=f"{where}: (t_exact - t_none) / t_exact")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("row length d")
+        ax.set_ylabel("share of the row's time spent on rsqrt (%)")
+        ax.set_title(f"RMSNorm forward row loop, fp32, one thread ({cpu})", fontsize=9)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        written.append(_save(fig, outdir / "rsqrt_rmsnorm_share.svg"))
+    return written
+
+
+def _save(fig, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fig.savefig(path, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------------------------------
+# Drivers
+# ---------------------------------------------------------------------------------------------------
+def run_cpu(stride: int = 1, threads: int = 0, quick: bool = False, quiet: bool = False,
+            out: Path = CPU_JSON, plots: Path = PLOTS) -> dict:
+    t0 = time.time()
+    data = provenance()
+    data["machine"]["mxcsr"] = R.cpu_features().get("mxcsr")
+    meths = R.methods()
+    names = [m["name"] for m in meths if m["available"]]
+    data["stride"] = stride
+    data["exhaustive"] = stride == 1
+    data["documented_bounds"] = {"rsqrtps": R.RSQRTPS_REL_BOUND, "rsqrt14": R.RSQRT14_REL_BOUND}
+    sw = run_sweep(names, stride, threads, quiet)
+    data["inputs"] = {"total": sw["inputs"], "first": "0x00000001", "last": "0x7F7FFFFF",
+                      "positive_finite_floats": R.N_POSITIVE_FINITE, "subnormal_floats": R.N_SUBNORMAL}
+    data["reference"] = {"ambiguous": sw["ambiguous"], "corrected": sw["corrected"], "ties": sw["ties"],
+                         "corrected_x": [_fx(b) for b in sw["corrected_x"]]}
+    data["methods"] = {}
+    for m in meths:
+        entry = {k: m[k] for k in ("family", "form", "isa", "expr", "steps", "available")}
+        entry["seed_bound"] = m["seed_bound"] if m["seed_bound"] > 0 else None
+        if m["available"]:
+            st = sw["methods"][m["name"]]
+            entry["normal"] = _clean(st["normal"], m["seed_bound"] if m["steps"] == 0 else -1)
+            entry["subnormal"] = _clean(st["subnormal"], -1)
+        data["methods"][m["name"]] = entry
+    # theory vs measurement for Newton's step
+    newton = {}
+    for seed, forms in NEWTON.items():
+        if seed not in sw["methods"]:
+            continue
+        th = newton_theory(sw["methods"][seed]["normal"])
+        rows = {}
+        for form, one, two in forms:
+            rows[form] = {"nr1_measured": sw["methods"][one]["normal"]["max_abs_rel"],
+                          "nr2_measured": sw["methods"][two]["normal"]["max_abs_rel"],
+                          "nr1_max_ulp": sw["methods"][one]["normal"]["max_ulp"],
+                          "nr2_max_ulp": sw["methods"][two]["normal"]["max_ulp"]}
+        newton[seed] = {**th, "forms": rows}
+    data["newton"] = newton
+    # relative error across [1, 4)
+    lo, hi, nb = 0x3F800000, 0x40800000, 512
+    prof = {"lo": f"0x{lo:08X}", "hi": f"0x{hi:08X}", "nbins": nb, "methods": {}}
+    for name in PROFILED:
+        if name in names:
+            mn, mx = R.profile(name, lo, hi, nb)
+            prof["methods"][name] = {"min": [float(f"{v:.5g}") for v in mn.tolist()],
+                                     "max": [float(f"{v:.5g}") for v in mx.tolist()]}
+    data["profile"] = prof
+    data["throughput"] = run_throughput(names, quick, quiet)
+    data["rmsnorm_time"] = run_rmsnorm_time(quick, quiet)
+    data["rmsnorm_error"] = rmsnorm_error(rows=64 if quick else 512, d=1024 if quick else 4096)
+    data["elapsed_s"] = round(time.time() - t0, 1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    render_plots(data, plots)
+    return data
+
+
+def run_gpu(stride: int = 1, quiet: bool = False, out: Path = GPU_JSON, cpu_json: Path = CPU_JSON) -> dict:
+    """Device sweep of rsqrt_gpu.cu's methods in both builds; returns the data written to ``out``."""
+    from tqdm import tqdm
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("no CUDA device: the GPU sweep needs one (torch.cuda.is_available() is False)")
+    data = provenance()
+    props = torch.cuda.get_device_properties(0)
+    data["device"] = {"name": props.name, "capability": f"{props.major}.{props.minor}",
+                      "cuda_runtime": torch.version.cuda, "driver": _driver_version()}
+    data["stride"] = stride
+    data["exhaustive"] = stride == 1
+    data["documented_ulp_bound_rsqrtf"] = R.CUDA_RSQRTF_ULP_BOUND
+    groups = {"subnormal": (R.FIRST_POSITIVE, R.FIRST_NORMAL, 1), "normal": (R.FIRST_NORMAL, R.END_POSITIVE_FINITE, 16)}
+    builds = {}
+    for fast in (False, True):
+        ext = R.gpu_ext(fast)
+        if ext.fast_math() != fast:
+            raise RuntimeError(f"the {'fast-math' if fast else 'default'} build reports fast_math={ext.fast_math()}")
+        res = {}
+        for name in ext.methods():
+            res[name] = {}
+            for group, (lo, hi, chunks) in groups.items():
+                span = -(-(hi - lo) // chunks)
+                parts = []
+                for c in tqdm(range(chunks), desc=f"{'fast' if fast else 'default'} {name} {group}", disable=quiet):
+                    a = lo + c * span
+                    a += (-(a - lo)) % stride  # stay on the lo + k*stride grid
+                    b = min(hi, lo + (c + 1) * span)
+                    if a < b:
+                        parts.append(ext.sweep(name, a, b, stride))
+                res[name][group] = _merge_gpu(parts)
+        builds["use_fast_math" if fast else "default"] = res
+    data["builds"] = builds
+    # Harness check: the bit trick rounds identically on CPU and GPU (no FMA contraction on either side),
+    # so on the same inputs its statistics must agree exactly with the CPU study's.
+    if cpu_json.exists():
+        cpu = json.loads(cpu_json.read_text())
+        same = {}
+        if cpu.get("stride") == stride:
+            for name in ("quake", "quake_nr1", "walczyk_nr1"):
+                gd = builds["default"].get(name)
+                cd = cpu["methods"].get(name, {})
+                if gd and "normal" in cd:
+                    same[name] = all(cd[g][k] == gd[g][k] for g in ("normal", "subnormal")
+                                     for k in ("count", "exact", "nonfinite", "max_ulp_int", "ulp_hist"))
+        data["bit_trick_matches_cpu"] = same
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    return data
+
+
+def _merge_gpu(parts: list[dict]) -> dict:
+    tot = None
+    for p in parts:
+        if tot is None:
+            tot = dict(p)
+            continue
+        for k in ("count", "exact", "nonfinite", "ambiguous", "corrected", "ties", "sum_abs_rel", "inputs"):
+            tot[k] += p[k]
+        tot["max_ulp_int"] = max(tot["max_ulp_int"], p["max_ulp_int"])
+        for val, where in (("max_ulp", "worst_ulp_x"), ("max_abs_rel", "worst_rel_x")):
+            if p[val] > tot[val]:
+                tot[val], tot[where] = p[val], p[where]
+        tot["min_rel"] = min(tot["min_rel"], p["min_rel"])
+        tot["max_rel"] = max(tot["max_rel"], p["max_rel"])
+        for h in ("ulp_hist", "rel_hist"):
+            tot[h] = [a + b for a, b in zip(tot[h], p[h])]
+    tot["worst_ulp_x"] = _fx(tot["worst_ulp_x"])
+    tot["worst_rel_x"] = _fx(tot["worst_rel_x"])
+    finite = tot["count"] - tot["nonfinite"]
+    tot["mean_abs_rel"] = tot.pop("sum_abs_rel") / finite if finite else None
+    if not finite:
+        tot["min_rel"] = tot["max_rel"] = None
+    return tot
+
+
+def _driver_version() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m reference_impl.rsqrt_study", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpu", action="store_true", help="run the device sweep (needs a CUDA GPU) instead of the CPU study")
+    ap.add_argument("--stride", type=int, default=1, help="sweep every N-th bit pattern (1 = exhaustive)")
+    ap.add_argument("--threads", type=int, default=0, help="sweep threads (0 = all cores)")
+    ap.add_argument("--quick", action="store_true", help="short timing runs and a small RMSNorm error study")
+    ap.add_argument("--quiet", action="store_true", help="no progress bars")
+    ap.add_argument("--out", type=Path, default=None, help="data file (default docs/data/rsqrt_cpu.json or rsqrt_gpu.json)")
+    ap.add_argument("--plots", type=Path, default=PLOTS, help="folder for the SVG plots")
+    ap.add_argument("--plots-only", action="store_true", help="re-render the plots from the existing data file")
+    a = ap.parse_args(argv)
+    if a.stride < 1:
+        ap.error("--stride must be >= 1")
+    if a.gpu:
+        if not torch.cuda.is_available():
+            print("rsqrt_study --gpu: no CUDA device here (torch.cuda.is_available() is False); nothing written",
+                  file=sys.stderr)
+            return 2
+        d = run_gpu(a.stride, a.quiet, a.out or GPU_JSON)
+        print(f"wrote {a.out or GPU_JSON} ({d['device']['name']})")
+        return 0
+    out = a.out or CPU_JSON
+    if a.plots_only:
+        for p in render_plots(json.loads(out.read_text()), a.plots):
+            print(f"wrote {p}")
+        return 0
+    d = run_cpu(a.stride, a.threads, a.quick, a.quiet, out, a.plots)
+    print(f"wrote {out} and plots in {a.plots} ({d['machine']['cpu']}, {d['elapsed_s']} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

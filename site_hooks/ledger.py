@@ -1,0 +1,282 @@
+"""The claims ledger: ``{{ ledger() }}`` renders every claim of ``ledger/claims.yaml`` with its verdict.
+
+Sources:
+
+- ``ledger/claims.yaml``: the canonical list (id, source article, paraphrased claim, owning ledger file,
+  ``gpu``: whether settling it needs a GPU measurement).
+- ``ledger/<owner>.yaml``: a list of entries, one per claim the owner judges::
+
+      - id: C13
+        verdict: refuted            # verified | refuted | partly true | unverifiable here
+        claim: "the claim, paraphrased"
+        finding: "what is true; markdown; may use {{ data(...) }} and {{ test(...) }}"
+        evidence:                   # at least one item; each item has exactly one key
+          - test: tests/test_x.py::test_name        # must exist (and pass, checked in phase 2)
+          - data: file.json                         # a file under docs/data/
+          - cite: "paper, arXiv id, section"        # a precise primary source
+        gpu_data: cuda_bench.json   # optional: the committed GPU measurement for a gpu claim
+
+A malformed entry, an unknown or duplicated id, or evidence naming a missing test or data file fails the
+build. A claim without an entry is shown as "no verdict yet" (the phase-2 test fails on it), so pages keep
+building while the ledger files are being written.
+"""
+from __future__ import annotations
+
+import html
+import json
+import posixpath
+import re
+from functools import lru_cache
+from pathlib import Path
+
+import yaml
+
+from . import guards
+from .macros import MacroError, expand, macro
+
+REPO = Path(__file__).resolve().parent.parent
+LEDGER = REPO / "ledger"
+DATA = REPO / "docs" / "data"
+CANONICAL = LEDGER / "claims.yaml"
+
+VERDICTS = ("verified", "refuted", "partly true", "unverifiable here")
+VERDICT_CLASS = {"verified": "verified", "refuted": "refuted", "partly true": "partly",
+                 "unverifiable here": "unverifiable"}
+ENTRY_KEYS = {"id", "verdict", "claim", "finding", "evidence"}
+OPTIONAL_KEYS = {"gpu_data"}
+EVIDENCE_KINDS = ("test", "data", "cite")
+ID_RE = re.compile(r"^C\d\d$")
+ARXIV_RE = re.compile(r"arXiv:\s*(\S+)", re.I)
+ARXIV_ID_RE = re.compile(r"^\d{4}\.\d{4,5}(v\d+)?[,;.)]?$")
+NOT_MEASURED = "not yet measured on a GPU"
+
+
+def clear_caches() -> None:
+    canonical.cache_clear()
+    entries.cache_clear()
+
+
+@lru_cache(maxsize=1)
+def canonical() -> list[dict]:
+    """The 42 claims, in order, as listed in ``ledger/claims.yaml``."""
+    return yaml.safe_load(CANONICAL.read_text()) or []
+
+
+def ledger_files() -> list[Path]:
+    return sorted(p for p in LEDGER.glob("*.yaml") if p != CANONICAL)
+
+
+@lru_cache(maxsize=1)
+def entries() -> tuple[dict, list[str]]:
+    """Returns ({claim id: entry with ``_file`` added}, [problems]) over every ledger file.
+
+    Problems are schema errors: they do not include claims that have no entry yet.
+    """
+    problems: list[str] = []
+    known = {c["id"]: c for c in canonical()}
+    found: dict[str, dict] = {}
+    for path in ledger_files():
+        rel = f"ledger/{path.name}"
+        try:
+            items = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as exc:
+            problems.append(f"{rel}: not valid YAML: {exc}")
+            continue
+        if not isinstance(items, list):
+            problems.append(f"{rel}: must hold a list of entries, got {type(items).__name__}")
+            continue
+        for n, entry in enumerate(items):
+            where = f"{rel} entry {n}"
+            if not isinstance(entry, dict):
+                problems.append(f"{where}: must be a mapping")
+                continue
+            cid = entry.get("id")
+            where = f"{rel} {cid or f'entry {n}'}"
+            problems += [f"{where}: {p}" for p in check_entry(entry, known, path.stem)]
+            if isinstance(cid, str):
+                if cid in found:
+                    problems.append(f"{where}: duplicate, already in {found[cid]['_file']}")
+                else:
+                    found[cid] = dict(entry, _file=rel)
+    return found, problems
+
+
+def check_entry(entry: dict, known: dict, owner: str | None = None) -> list[str]:
+    """Schema problems of one entry (an empty list when it is well formed)."""
+    out = []
+    missing = ENTRY_KEYS - set(entry)
+    extra = set(entry) - ENTRY_KEYS - OPTIONAL_KEYS
+    if missing:
+        out.append(f"missing keys {sorted(missing)}")
+    if extra:
+        out.append(f"unknown keys {sorted(extra)} (allowed: {sorted(ENTRY_KEYS | OPTIONAL_KEYS)})")
+    cid = entry.get("id")
+    if not isinstance(cid, str) or not ID_RE.match(cid):
+        out.append(f"id must look like 'C07', got {cid!r}")
+    elif cid not in known:
+        out.append(f"id {cid} is not in ledger/claims.yaml")
+    elif owner is not None and known[cid].get("owner") != owner:
+        out.append(f"{cid} belongs in ledger/{known[cid].get('owner')}.yaml, not ledger/{owner}.yaml")
+    if entry.get("verdict") not in VERDICTS:
+        out.append(f"verdict must be one of {VERDICTS}, got {entry.get('verdict')!r}")
+    for key in ("claim", "finding"):
+        if key in entry and (not isinstance(entry[key], str) or len(entry[key].strip()) < 10):
+            out.append(f"{key} must be a sentence (a non-empty string)")
+    ev = entry.get("evidence")
+    if "evidence" in entry:
+        if not isinstance(ev, list) or not ev:
+            out.append("evidence must be a non-empty list")
+        else:
+            for item in ev:
+                out += check_evidence(item)
+    gd = entry.get("gpu_data")
+    if gd is not None:
+        if not isinstance(gd, str) or not gd.endswith(".json") or ".." in gd.split("/"):
+            out.append(f"gpu_data must name a .json file under docs/data, got {gd!r}")
+        elif cid in known and not known[cid].get("gpu"):
+            out.append("gpu_data is only for claims marked gpu: true in ledger/claims.yaml")
+    return out
+
+
+def check_evidence(item) -> list[str]:
+    if not isinstance(item, dict) or len(item) != 1 or next(iter(item)) not in EVIDENCE_KINDS:
+        return [f"evidence item must be one of {{test: ...}}, {{data: ...}}, {{cite: ...}}, got {item!r}"]
+    kind, value = next(iter(item.items()))
+    if not isinstance(value, str) or not value.strip():
+        return [f"evidence {kind} must be a non-empty string"]
+    if kind == "test":
+        if not guards.test_exists(value):
+            return [f"evidence test {value!r} does not exist (expected tests/<file>.py::<test function>)"]
+    elif kind == "data":
+        path = (DATA / value).resolve()
+        if DATA.resolve() not in path.parents or not path.is_file():
+            return [f"evidence data file docs/data/{value} does not exist"]
+    elif kind == "cite":
+        if len(value.strip()) < 15:
+            return [f"citation {value!r} is too short to be precise"]
+        for arxiv in ARXIV_RE.findall(value):
+            if not ARXIV_ID_RE.match(arxiv):
+                return [f"citation {value!r}: {arxiv!r} is not an arXiv id like 1910.07467"]
+    return []
+
+
+def evidence_tests(entry: dict) -> list[str]:
+    return [next(iter(i.values())) for i in entry.get("evidence", []) if isinstance(i, dict) and "test" in i]
+
+
+def missing_claims() -> list[str]:
+    found, _ = entries()
+    return [c["id"] for c in canonical() if c["id"] not in found]
+
+
+def _data_meta(name: str) -> str:
+    """'machine, date' of a data file, as far as it records them."""
+    try:
+        d = json.loads((DATA / name).read_text())
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(d, dict):
+        return ""
+    m = d.get("machine") if isinstance(d.get("machine"), dict) else {}
+    device = d.get("device") or m.get("gpu") or m.get("device") or d.get("gpu") or m.get("cpu")
+    if isinstance(device, dict):
+        device = device.get("name")
+    date = d.get("date") or m.get("date")
+    bits = [html.escape(str(b)) for b in (device, date) if b]
+    return ", ".join(bits)
+
+
+def _cell(text: str) -> str:
+    """Makes markdown safe for one table cell."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def _link(ctx, name: str) -> str:
+    target = posixpath.relpath(f"data/{name}", posixpath.dirname(ctx.src_path) or ".")
+    return f"[`{name}`]({target})"
+
+
+def _gpu_note(ctx, claim: dict, entry: dict | None) -> str:
+    if not claim.get("gpu"):
+        return ""
+    gd = (entry or {}).get("gpu_data")
+    if gd and (DATA / gd).is_file():
+        meta = _data_meta(gd)
+        return f"GPU result: {_link(ctx, gd)}" + (f" ({meta})" if meta else "")
+    return f"**{NOT_MEASURED}**"
+
+
+@macro("ledger")
+def ledger_macro(ctx) -> str:
+    """The whole ledger: a summary table, then one section per claim with finding and evidence."""
+    found, problems = entries()
+    if problems:
+        raise MacroError(f"{ctx.src_path}: the claims ledger has problems:\n  " + "\n  ".join(problems))
+    claims = canonical()
+    counts = {v: 0 for v in VERDICTS}
+    for e in found.values():
+        counts[e["verdict"]] += 1
+    missing = missing_claims()
+
+    out = []
+    summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+    out.append(f"**{len(found)} of {len(claims)} claims judged**" + (f": {summary}." if summary else "."))
+    if missing:
+        out.append(f'\n!!! warning "No verdict yet"\n    {", ".join(missing)}: these claims have no ledger entry.\n')
+    out.append("\n| Claim | Verdict | Paraphrase | What is true (refuted and partly true claims) |")
+    out.append("|---|---|---|---|")
+    for c in claims:
+        cid, e = c["id"], found.get(c["id"])
+        if e is None:
+            verdict = '<span class="verdict verdict-none">no verdict yet</span>'
+            fact = ""
+        else:
+            verdict = _verdict(e["verdict"])
+            fact = expand(e["finding"], ctx) if e["verdict"] in ("refuted", "partly true") else ""
+        note = _gpu_note(ctx, c, e)
+        fact = "; ".join(x for x in (fact, note) if x)
+        claim_text = (e or c)["claim"]
+        out.append(f"| [{cid}](#{cid.lower()}) | {verdict} | {_cell(claim_text)} | {_cell(fact)} |")
+
+    for c in claims:
+        cid, e = c["id"], found.get(c["id"])
+        out.append(f"\n### {cid} {{ #{cid.lower()} }}\n")
+        if e is None:
+            out.append(f"**Claim** (article {c['source']}): {c['claim']}\n")
+            out.append(f"No verdict yet: expected in `ledger/{c['owner']}.yaml`.\n")
+            continue
+        if cid in guards.scan_tests()[0]:
+            ctx.guard_ids.append(cid)
+        out.append(f"**Claim** (article {c['source']}): {e['claim']}\n")
+        out.append(f"**Verdict: {_verdict(e['verdict'])}**\n")
+        out.append(f"{expand(e['finding'].strip(), ctx)}\n")
+        note = _gpu_note(ctx, c, e)
+        if note:
+            out.append(f"{note}.\n")
+        out.append("**Evidence**\n")
+        for item in e["evidence"]:
+            kind, value = next(iter(item.items()))
+            if kind == "test":
+                ctx.guard_ids.append("test:" + value)
+                o = guards.outcome(value)
+                out.append(f'- test `{value}` <span class="guard-{o["status"]}">({html.escape(o["text"])})</span>')
+            elif kind == "data":
+                meta = _data_meta(value)
+                out.append(f"- data {_link(ctx, value)}" + (f" ({meta})" if meta else ""))
+            else:
+                out.append(f"- source: {value.strip()}")
+        others = [t for t in guards.scan_tests()[0].get(cid, []) if t not in evidence_tests(e)]
+        if others:
+            out.append(f"- also marked `guards({cid!r})`: " + ", ".join(f"`{t}`" for t in others))
+        out.append(f"\n<small>Entry: `{e['_file']}`</small>\n")
+    return "\n".join(out) + "\n"
+
+
+def _verdict(v: str) -> str:
+    return f'<span class="verdict verdict-{VERDICT_CLASS[v]}">{html.escape(v)}</span>'
+
+
+@macro("ledger_count")
+def ledger_count_macro(ctx) -> str:
+    """The number of claims in ``ledger/claims.yaml``."""
+    return str(len(canonical()))
