@@ -166,8 +166,6 @@ def accumulation(max_log2: int, rows: int, seed: int) -> dict:
     d_max = 2 ** max_log2
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(rows, d_max, generator=g, dtype=torch.float64)
-    sq64 = x * x
-    exact_prefix = np.cumsum(sq64.numpy(), axis=1)
     sizes = [2 ** k for k in range(6, max_log2 + 1)]
     out = {"rows": rows, "sizes": sizes, "series": {}, "bounds": {}}
     # sequential accumulation in each dtype (every partial sum rounded), squares formed in that dtype
@@ -198,7 +196,6 @@ def accumulation(max_log2: int, rows: int, seed: int) -> dict:
             e = np.sum((xs[:, :s].double() ** 2).numpy(), axis=1)
             errs.append(float(np.max(np.abs(got - e) / e)))
         out["series"][f"torch float32 reduction ({name} input)"] = errs
-    del exact_prefix
     return out
 
 
@@ -269,10 +266,10 @@ def plots(data: dict) -> list[str]:
         pts = [(s, y) for s, y in zip(acc["sizes"], ys) if y != "inf" and y > 0]
         if pts:
             ax.loglog(*zip(*pts), marker="o", ms=3, label=label)
-    for name, ys in acc["bounds"].items():
+    for i, (name, ys) in enumerate(acc["bounds"].items()):
         pts = [(s, y) for s, y in zip(acc["sizes"], ys) if y != "none"]
         if pts:
-            ax.loglog(*zip(*pts), ls="--", lw=0.8, color="grey")
+            ax.loglog(*zip(*pts), ls="--", lw=0.8, color="grey", label="bound gamma(d) for the sequential sums" if i == 0 else None)
     ax.set_xlabel("hidden size d (terms in the sum of squares)")
     ax.set_ylabel("max relative error of sum(x²)")
     ax.set_title("Accumulating the mean square: precision of the running sum")
@@ -304,10 +301,13 @@ def plots(data: dict) -> list[str]:
     fig, ax = plt.subplots(figsize=(7, 3.8))
     for eps in sorted({r["eps"] for r in ep["rows"]}):
         rs = [r for r in ep["rows"] if r["eps"] == eps]
-        ax.loglog([r["rms"] for r in rs], [max(r["relative_gap"], 1e-12) for r in rs], marker="o", label=f"eps = {eps:g}")
+        line = ax.loglog([r["rms"] for r in rs], [r["closed_form"] for r in rs], label=f"eps = {eps:g}")[0]
+        measured = [(r["rms"], r["relative_gap"]) for r in rs if r["relative_gap"] > 0]
+        ax.loglog(*zip(*measured), ls="none", marker="o", color=line.get_color())
+    ax.plot([], [], ls="none", marker="o", color="black", label="measured (float32)")
     ax.set_xlabel("RMS of the input row")
     ax.set_ylabel("relative gap, eps inside vs outside")
-    ax.set_title("Where eps sits matters only when the RMS approaches sqrt(eps)")
+    ax.set_title("eps inside vs outside the root: closed form (lines), measured (dots)")
     ax.legend(fontsize=8)
     ax.grid(True, which="both", lw=0.3)
     fig.tight_layout()
@@ -332,8 +332,8 @@ def main(argv=None) -> int:
         ("eps_placement", lambda: eps_placement(1024, 4)),
         ("neox_kernel", lambda: neox_kernel(5)),
     ]
-    data = {"meta": {"machine": machine(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                     "source_hash": source_hash(), "sources": SOURCES, "command": "python -m reference_impl.numerics_study",
+    data = {"machine": machine(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "meta": {"source_hash": source_hash(), "sources": SOURCES, "command": "python -m reference_impl.numerics_study",
                      "quick": bool(args.quick)}}
     for name, fn in tqdm(steps, desc="numerics study"):
         data[name] = fn()

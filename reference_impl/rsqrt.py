@@ -41,6 +41,10 @@ END_POSITIVE_FINITE = 0x7F800000  # exclusive: +inf
 FIRST_NORMAL = 0x00800000
 N_POSITIVE_FINITE = END_POSITIVE_FINITE - FIRST_POSITIVE  # 2**31 - 2**23 - 1
 N_SUBNORMAL = FIRST_NORMAL - FIRST_POSITIVE  # 2**23 - 1
+#: x >= 2**-125: x/2 is still normal, so the Newton step's x/2 is exact.
+FIRST_HALVABLE = 0x01000000
+#: Input groups of the sweep statistics: x >= 2**-125, subnormal x, and [2**-126, 2**-125).
+GROUPS = ("normal", "subnormal", "lowest_normal_binade")
 
 # -ffp-contract=off: no silent FMA fusion (the classic step must round as written);
 # -fno-math-errno: lets `1.0f / sqrtf(x)` compile to SQRTPS/DIVPS instead of a call guarded for errno.
@@ -206,8 +210,7 @@ def _merge(a: dict, b: dict) -> dict:
            "corrected": a["corrected"] + b["corrected"], "ties": a["ties"] + b["ties"],
            "corrected_x": (list(a["corrected_x"]) + list(b["corrected_x"]))[:256], "methods": {}}
     for name in a["methods"]:
-        out["methods"][name] = {g: _merge_stats(a["methods"][name][g], b["methods"][name][g])
-                                for g in ("normal", "subnormal")}
+        out["methods"][name] = {g: _merge_stats(a["methods"][name][g], b["methods"][name][g]) for g in GROUPS}
     return out
 
 

@@ -26,10 +26,13 @@ def clear_caches() -> None:
 
 
 def _guard_args(dec) -> list[str] | None:
-    # matches pytest.mark.guards("a", "b")
-    if isinstance(dec, ast.Call) and isinstance(dec.func, ast.Attribute) and dec.func.attr == "guards":
-        return [a.value for a in dec.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-    return None
+    """Ids of every ``pytest.mark.guards("a", "b")`` call inside a decorator or ``pytestmark`` expression,
+    including ``pytest.param(..., marks=pytest.mark.guards(...))`` inside a parametrize list."""
+    ids = []
+    for node in ast.walk(dec):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "guards":
+            ids += [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    return ids or None
 
 
 @lru_cache(maxsize=1)

@@ -240,10 +240,14 @@ def ledger_macro(ctx) -> str:
 
     for c in claims:
         cid, e = c["id"], found.get(c["id"])
-        out.append(f"\n### {cid} {{ #{cid.lower()} }}\n")
+        label = e["verdict"] if e else "no verdict yet"
+        out.append(f"\n### {cid}: {label} {{ #{cid.lower()} }}\n")
         if e is None:
             out.append(f"**Claim** (article {c['source']}): {c['claim']}\n")
             out.append(f"No verdict yet: expected in `ledger/{c['owner']}.yaml`.\n")
+            note = _gpu_note(ctx, c, None)
+            if note:
+                out.append(f"{note}.\n")
             continue
         if cid in guards.scan_tests()[0]:
             ctx.guard_ids.append(cid)

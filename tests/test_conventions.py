@@ -567,3 +567,15 @@ def test_layernorm_is_per_sample_independent_of_batch_and_length():
     x2 = x.clone()
     x2[0] = 100.0
     assert torch.equal(cv.layer_norm(x2, w, b, 1e-5, convention="neox")[1:], full[1:])
+
+
+@pytest.mark.guards("conventions.forward", "conventions.backward")
+@pytest.mark.parametrize("convention", RMS)
+@pytest.mark.parametrize("shape", [(0, 8), (2, 0, 8), (3, 0)], ids=str)
+def test_empty_inputs_give_empty_results(shape, convention):
+    x = torch.zeros(shape, requires_grad=True)
+    w = torch.ones(shape[-1], requires_grad=True)
+    y = cv.rms_norm(x, w, 1e-6, convention=convention)
+    assert y.shape == x.shape and y.numel() == 0
+    y.sum().backward()
+    assert x.grad.shape == x.shape and w.grad.shape == (shape[-1],) and torch.all(w.grad == 0)

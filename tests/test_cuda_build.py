@@ -27,7 +27,10 @@ GPU = SOURCES / "gpu"
 # Compiles on every run
 # ------------------------------------------------------------------------------------------------------
 
-@pytest.mark.guards("cuda.build")
+@pytest.mark.guards("cuda.build", "snippet:rms_forward_steps.v1", "snippet:rms_forward_steps.v2",
+                    "snippet:rms_forward_steps.v3", "snippet:rms_forward.v45", "snippet:common.row_rstd",
+                    "snippet:common.warp_sum", "snippet:common.block_sum", "snippet:common.column_sum",
+                    "snippet:rms_backward.rms_bwd", "snippet:layer_norm.ln_fwd", "snippet:layer_norm.ln_bwd")
 def test_cuda_library_compiles_for_sm90_and_registers_the_cuda_kernels():
     """nvcc builds every .cu for sm_90 (+ compute_90 PTX) and the glue registers the CUDA dispatch key.
 

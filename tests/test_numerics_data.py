@@ -18,10 +18,10 @@ pytestmark = pytest.mark.guards("data:numerics.json")
 
 
 def test_meta_names_machine_versions_and_current_sources():
-    meta = DATA["meta"]
-    assert meta["machine"]["cpu"] and meta["machine"]["cores"] >= 1
-    assert meta["machine"]["torch"] == torch.__version__
-    assert meta["date"][:4].isdigit() and meta["quick"] is False
+    meta, machine = DATA["meta"], DATA["machine"]
+    assert machine["cpu"] and machine["cores"] >= 1 and machine["python"]
+    assert machine["torch"] == torch.__version__
+    assert DATA["date"][:4].isdigit() and meta["quick"] is False
     assert meta["source_hash"] == ns.source_hash(), "sources changed: rerun python -m reference_impl.numerics_study"
     for name in meta["plots"]:
         text = (REPO / "docs" / "data" / "plots" / name).read_text()

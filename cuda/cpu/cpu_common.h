@@ -52,16 +52,17 @@ inline int64_t stream_bytes() {
 // Rows per parallel task aim at this many elements, so small inputs are not split across threads.
 constexpr int64_t kGrainElems = 16384;
 
-enum class Isa { scalar = 0, avx2 = 1, avx512 = 2 };
+// --8<-- [start:dispatch]
+enum class Isa { scalar = 0, avx2 = 1, avx512 = 2, avx512bf16 = 3 };
 
 // The best instruction set this processor supports; NORMLAB_CPU_ISA=scalar|avx2|avx512 can ask for a
-// lower one (read on every call, so the tests can compare all three paths in one process).
+// lower one (read on every call, so the tests can compare all four paths in one process).
 inline Isa pick_isa() {
   static const Isa best = [] {
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-      return Isa::avx512;
+      return __builtin_cpu_supports("avx512bf16") ? Isa::avx512bf16 : Isa::avx512;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
     return Isa::scalar;
   }();
@@ -69,9 +70,11 @@ inline Isa pick_isa() {
   if (const char* env = std::getenv("NORMLAB_CPU_ISA")) {
     if (!std::strcmp(env, "scalar")) want = Isa::scalar;
     else if (!std::strcmp(env, "avx2")) want = Isa::avx2;
+    else if (!std::strcmp(env, "avx512")) want = Isa::avx512;
   }
   return static_cast<int>(want) < static_cast<int>(best) ? want : best;
 }
+// --8<-- [end:dispatch]
 
 inline void check_x(const at::Tensor& x, const char* op) {
   TORCH_CHECK(x.device().is_cpu(), op, ": x must be a CPU tensor here, got ", x.device());
@@ -101,10 +104,18 @@ inline void check_param(const c10::optional<at::Tensor>& p, const at::Tensor& x,
   TORCH_CHECK(t.is_contiguous(), op, ": ", name, " must be contiguous");
 }
 
+// Gains and biases go to the kernels as float32: the conversion from bf16/fp16 is exact and done once
+// per call instead of once per row. Undefined stays undefined.
+inline at::Tensor as_f32(const c10::optional<at::Tensor>& p) {
+  if (!p.has_value()) return at::Tensor();
+  return p->scalar_type() == at::kFloat ? *p : p->to(at::kFloat);
+}
+
 inline at::Tensor stats_like(const at::Tensor& x) {  // float32, shape x.shape[:-1]
   return at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(at::kFloat));
 }
 
+// --8<-- [start:reduce]
 // Sums the per-block partials part[nb][d] over blocks in block order (the same order for every column and
 // every thread count) and casts the result to `out`'s dtype.
 inline void reduce_blocks(at::Tensor& part, at::Tensor& out) {
@@ -122,5 +133,6 @@ inline void reduce_blocks(at::Tensor& part, at::Tensor& out) {
   }
   out.copy_(part[0]);
 }
+// --8<-- [end:reduce]
 
 }  // namespace normlab_cpu

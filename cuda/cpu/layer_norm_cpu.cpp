@@ -43,6 +43,16 @@ struct LnBwdArgs {
 
 #define NL_KERNEL_BODY
 #define NL_ISA 512
+#define NL_BF16_NATIVE 1
+namespace normlab_cpu::isa512bf16 {
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")
+#include "simd.h"
+#include "layer_norm_cpu.cpp"
+#pragma GCC pop_options
+}  // namespace normlab_cpu::isa512bf16
+#undef NL_BF16_NATIVE
+#define NL_BF16_NATIVE 0
 namespace normlab_cpu::isa512 {
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
@@ -50,6 +60,7 @@ namespace normlab_cpu::isa512 {
 #include "layer_norm_cpu.cpp"
 #pragma GCC pop_options
 }  // namespace normlab_cpu::isa512
+#undef NL_BF16_NATIVE
 #undef NL_ISA
 #define NL_ISA 256
 namespace normlab_cpu::isa256 {
@@ -71,18 +82,13 @@ namespace normlab_cpu::isa0 {
 namespace normlab_cpu {
 namespace {
 
-// Element types of x, weight and bias: T, and WT/BT each either T or float.
+// Calls f(T{}, float{}, float{}) with the element type of x; gains and biases are passed as float32.
 template <class F>
-void by_types3(at::ScalarType xt, bool w_f32, bool b_f32, F&& f) {
-  auto inner = [&](auto t) {
-    using T = decltype(t);
-    if (w_f32) b_f32 ? f(t, float{}, float{}) : f(t, float{}, T{});
-    else b_f32 ? f(t, T{}, float{}) : f(t, T{}, T{});
-  };
+void by_types3(at::ScalarType xt, F&& f) {
   switch (xt) {
-    case at::kFloat: inner(float{}); break;
-    case at::kBFloat16: inner(c10::BFloat16{}); break;
-    case at::kHalf: inner(c10::Half{}); break;
+    case at::kFloat: f(float{}, float{}, float{}); break;
+    case at::kBFloat16: f(c10::BFloat16{}, float{}, float{}); break;
+    case at::kHalf: f(c10::Half{}, float{}, float{}); break;
     default: TORCH_CHECK(false, "normlab: unsupported dtype ", xt);
   }
 }
@@ -100,18 +106,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_fwd_cpu(const at::Tens
   const int64_t rows = c10::multiply_integers(x.sizes().slice(0, x.dim() - 1));
   at::Tensor y = at::empty_like(x);
   at::Tensor mean = stats_like(x), rstd = stats_like(x);
-  LnFwdArgs a{x.data_ptr(), weight.has_value() ? weight->data_ptr() : nullptr,
-              bias.has_value() ? bias->data_ptr() : nullptr, y.data_ptr(), mean.data_ptr<float>(),
+  const at::Tensor wf = as_f32(weight), bf = as_f32(bias);
+  LnFwdArgs a{x.data_ptr(), wf.defined() ? wf.data_ptr() : nullptr, bf.defined() ? bf.data_ptr() : nullptr, y.data_ptr(), mean.data_ptr<float>(),
               rstd.data_ptr<float>(), d, static_cast<float>(eps),
               static_cast<int64_t>(y.nbytes()) >= stream_bytes()};
-  const bool w_f32 = weight.has_value() && weight->scalar_type() == at::kFloat;
-  const bool b_f32 = bias.has_value() && bias->scalar_type() == at::kFloat;
-  by_types3(x.scalar_type(), w_f32, b_f32, [&](auto t, auto wt, auto bt) {
+  by_types3(x.scalar_type(), [&](auto t, auto wt, auto bt) {
     using T = decltype(t);
     using WT = decltype(wt);
     using BT = decltype(bt);
     auto fn = &isa0::ln_fwd_rows<T, WT, BT>;
     switch (pick_isa()) {
+      case Isa::avx512bf16: fn = &isa512bf16::ln_fwd_rows<T, WT, BT>; break;
       case Isa::avx512: fn = &isa512::ln_fwd_rows<T, WT, BT>; break;
       case Isa::avx2: fn = &isa256::ln_fwd_rows<T, WT, BT>; break;
       default: break;
@@ -140,16 +145,17 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd_cpu(const at::Tens
   at::Tensor dw = weight.has_value() ? at::empty({d}, weight->options()) : at::empty({0}, x.options());
   // part[b] holds block b's partial dweight (first d floats) and dbias (next d floats).
   at::Tensor part = at::zeros({nb, 2 * d}, x.options().dtype(at::kFloat));
-  LnBwdArgs a{dy.data_ptr(), x.data_ptr(), weight.has_value() ? weight->data_ptr() : nullptr,
+  const at::Tensor wf = as_f32(weight);
+  LnBwdArgs a{dy.data_ptr(), x.data_ptr(), wf.defined() ? wf.data_ptr() : nullptr,
               mean.data_ptr<float>(), rstd.data_ptr<float>(), dx.data_ptr(), d,
               static_cast<int64_t>(dx.nbytes()) >= stream_bytes()};
-  const bool w_f32 = weight.has_value() && weight->scalar_type() == at::kFloat;
   if (d > 0) {
-    by_types3(x.scalar_type(), w_f32, false, [&](auto t, auto wt, auto) {
+    by_types3(x.scalar_type(), [&](auto t, auto wt, auto) {
       using T = decltype(t);
       using WT = decltype(wt);
       auto fn = &isa0::ln_bwd_rows<T, WT>;
       switch (pick_isa()) {
+        case Isa::avx512bf16: fn = &isa512bf16::ln_bwd_rows<T, WT>; break;
         case Isa::avx512: fn = &isa512::ln_bwd_rows<T, WT>; break;
         case Isa::avx2: fn = &isa256::ln_bwd_rows<T, WT>; break;
         default: break;

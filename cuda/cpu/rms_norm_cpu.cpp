@@ -47,8 +47,19 @@ struct RmsBwdArgs {
 
 }  // namespace normlab_cpu
 
+// --8<-- [start:foreach_isa]
 #define NL_KERNEL_BODY
 #define NL_ISA 512
+#define NL_BF16_NATIVE 1
+namespace normlab_cpu::isa512bf16 {
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")
+#include "simd.h"
+#include "rms_norm_cpu.cpp"
+#pragma GCC pop_options
+}  // namespace normlab_cpu::isa512bf16
+#undef NL_BF16_NATIVE
+#define NL_BF16_NATIVE 0
 namespace normlab_cpu::isa512 {
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
@@ -56,6 +67,7 @@ namespace normlab_cpu::isa512 {
 #include "rms_norm_cpu.cpp"
 #pragma GCC pop_options
 }  // namespace normlab_cpu::isa512
+#undef NL_BF16_NATIVE
 #undef NL_ISA
 #define NL_ISA 256
 namespace normlab_cpu::isa256 {
@@ -73,6 +85,7 @@ namespace normlab_cpu::isa0 {
 }  // namespace normlab_cpu::isa0
 #undef NL_ISA
 #undef NL_KERNEL_BODY
+// --8<-- [end:foreach_isa]
 
 namespace normlab_cpu {
 namespace {
@@ -81,6 +94,7 @@ template <class T, class WT>
 void rms_fwd_dispatch(const RmsFwdArgs& a, int64_t rows) {
   auto fn = &isa0::rms_fwd_rows<T, WT>;
   switch (pick_isa()) {
+    case Isa::avx512bf16: fn = &isa512bf16::rms_fwd_rows<T, WT>; break;
     case Isa::avx512: fn = &isa512::rms_fwd_rows<T, WT>; break;
     case Isa::avx2: fn = &isa256::rms_fwd_rows<T, WT>; break;
     default: break;
@@ -93,6 +107,7 @@ template <class T, class WT>
 void rms_bwd_dispatch(const RmsBwdArgs& a, int64_t rows, float* part) {
   auto fn = &isa0::rms_bwd_rows<T, WT>;
   switch (pick_isa()) {
+    case Isa::avx512bf16: fn = &isa512bf16::rms_bwd_rows<T, WT>; break;
     case Isa::avx512: fn = &isa512::rms_bwd_rows<T, WT>; break;
     case Isa::avx2: fn = &isa256::rms_bwd_rows<T, WT>; break;
     default: break;
@@ -105,13 +120,13 @@ void rms_bwd_dispatch(const RmsBwdArgs& a, int64_t rows, float* part) {
   });
 }
 
-// Calls f(T{}, WT{}) with the element types of x and the weight.
+// Calls f(T{}, float{}) with the element type of x; gains are passed as float32 (see as_f32).
 template <class F>
-void by_types(at::ScalarType xt, bool w_f32, F&& f) {
+void by_types(at::ScalarType xt, F&& f) {
   switch (xt) {
     case at::kFloat: f(float{}, float{}); break;
-    case at::kBFloat16: w_f32 ? f(c10::BFloat16{}, float{}) : f(c10::BFloat16{}, c10::BFloat16{}); break;
-    case at::kHalf: w_f32 ? f(c10::Half{}, float{}) : f(c10::Half{}, c10::Half{}); break;
+    case at::kBFloat16: f(c10::BFloat16{}, float{}); break;
+    case at::kHalf: f(c10::Half{}, float{}); break;
     default: TORCH_CHECK(false, "normlab: unsupported dtype ", xt);
   }
 }
@@ -131,18 +146,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rms_norm_fwd_cpu(const at::Tensor
   at::Tensor y = at::empty_like(x);
   at::Tensor res_out = residual.has_value() ? at::empty_like(x) : at::empty({0}, x.options());
   at::Tensor rstd = stats_like(x);
-  const bool w_f32 = weight.has_value() && weight->scalar_type() == at::kFloat;
+  const at::Tensor wf = as_f32(weight);
   RmsFwdArgs a{x.data_ptr(),
                residual.has_value() ? residual->data_ptr() : nullptr,
                residual.has_value() ? res_out.data_ptr() : nullptr,
-               weight.has_value() ? weight->data_ptr() : nullptr,
+               wf.defined() ? wf.data_ptr() : nullptr,
                y.data_ptr(),
                rstd.data_ptr<float>(),
                d,
                static_cast<float>(eps),
                static_cast<int>(convention),
                static_cast<int64_t>(y.nbytes()) >= stream_bytes()};
-  by_types(x.scalar_type(), w_f32, [&](auto t, auto wt) { rms_fwd_dispatch<decltype(t), decltype(wt)>(a, rows); });
+  by_types(x.scalar_type(), [&](auto t, auto wt) { rms_fwd_dispatch<decltype(t), decltype(wt)>(a, rows); });
   return {y, res_out, rstd};
 }
 
@@ -167,12 +182,12 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_bwd_cpu(const at::Tensor& dy, const 
   } else {
     dw = at::empty({0}, x.options());
   }
-  const bool w_f32 = weight.has_value() && weight->scalar_type() == at::kFloat;
-  RmsBwdArgs a{dy.data_ptr(), x.data_ptr(), weight.has_value() ? weight->data_ptr() : nullptr,
+  const at::Tensor wf = as_f32(weight);
+  RmsBwdArgs a{dy.data_ptr(), x.data_ptr(), wf.defined() ? wf.data_ptr() : nullptr,
                rstd.data_ptr<float>(), dx.data_ptr(), d, static_cast<int>(convention),
                static_cast<int64_t>(dx.nbytes()) >= stream_bytes()};
   if (d > 0)
-    by_types(x.scalar_type(), w_f32, [&](auto t, auto wt) {
+    by_types(x.scalar_type(), [&](auto t, auto wt) {
       rms_bwd_dispatch<decltype(t), decltype(wt)>(a, rows, part.defined() ? part.data_ptr<float>() : nullptr);
     });
   if (weight.has_value()) reduce_blocks(part, dw);
@@ -213,7 +228,7 @@ void rms_fwd_rows(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
       using Q = decltype(q);
       auto v = Q::load(h + j);
       return Q::mul(v, v);
-    });
+    });  // the squares are rounded before the add in every lane and in the tail alike
     const float rs = 1.0f / std::sqrt(ss / static_cast<float>(d) + a.eps);
     a.rstd[i] = rs;
     if (!w) {

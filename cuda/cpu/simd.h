@@ -1,9 +1,9 @@
 // Vector layer of the CPU norm kernels, one `struct V` per instruction set.
 //
 // No include guard on purpose: a kernel source includes this file once per instruction set, inside a
-// `#pragma GCC target(...)` region and a namespace of its own, with NL_ISA set to 512 (AVX-512F/BW/VL/DQ),
-// 256 (AVX2 + FMA + F16C) or 0 (portable scalar code). The same kernel text is then compiled three times
-// and cpu_common.h picks one at run time from what the processor reports (the "foreach target" pattern of
+// `#pragma GCC target(...)` region and a namespace of its own, with NL_ISA set to 512 (AVX-512F/BW/VL/DQ;
+// with NL_BF16_NATIVE also AVX512-BF16), 256 (AVX2 + FMA + F16C) or 0 (portable scalar code). The same
+// kernel text is then compiled four times and cpu_common.h picks one at run time from what the processor reports (the "foreach target" pattern of
 // Highway and simdjson). Element types: float, c10::BFloat16, c10::Half, handled as raw bits.
 //
 // Every conversion to a 16-bit type rounds to nearest, ties to even, exactly as c10::BFloat16(float) and
@@ -37,9 +37,29 @@ struct V {
     __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
     return _mm512_mask_blend_epi32(nan, r, _mm512_set1_epi32(0x7FC0));
   }
+#if NL_BF16_NATIVE
+  // AVX512-BF16 converts 16 lanes in one instruction, rounding to nearest even, but it treats denormal
+  // inputs as zero and keeps NaN payloads; lanes like that (rare) take the exact path above instead.
+  static inline __m256i bf16_pack(R v) {
+    if (__builtin_expect(_mm512_fpclass_ps_mask(v, 0xA1) != 0, 0))  // QNaN | SNaN | denormal
+      return _mm512_cvtepi32_epi16(bf16_bits(v));
+    return (__m256i)_mm512_cvtneps_pbh(v);
+  }
+  static inline R bf16_round(R v) {  // round in place: clear the low half after adding the RNE bias
+    __m512i u = _mm512_castps_si512(v);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))),
+                                 _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+    __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, r, _mm512_set1_epi32(0x7FC00000)));
+  }
+#else
+  static inline __m256i bf16_pack(R v) { return _mm512_cvtepi32_epi16(bf16_bits(v)); }
+  static inline R bf16_round(R v) { return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_bits(v), 16)); }
+#endif
   static inline void store(float* p, R v) { _mm512_storeu_ps(p, v); }
   static inline void store(c10::BFloat16* p, R v) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(bf16_bits(v)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bf16_pack(v));
   }
   static inline void store(c10::Half* p, R v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -48,16 +68,14 @@ struct V {
   // guarantees 64-byte alignment of the first vector; later vectors stay aligned.
   static inline void stream(float* p, R v) { _mm512_stream_ps(p, v); }
   static inline void stream(c10::BFloat16* p, R v) {
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(bf16_bits(v)));
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), bf16_pack(v));
   }
   static inline void stream(c10::Half* p, R v) {
     _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   // Round each lane to the element type T and back to float (the "cast to x's dtype" of Llama).
   static inline R round(R v, float*) { return v; }
-  static inline R round(R v, c10::BFloat16*) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_bits(v), 16));
-  }
+  static inline R round(R v, c10::BFloat16*) { return bf16_round(v); }
   static inline R round(R v, c10::Half*) {
     return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }

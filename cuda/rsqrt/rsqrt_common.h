@@ -173,21 +173,22 @@ RSQ_HD int64_t ordered(uint32_t b) {
 constexpr int kUlpBins = 34;
 constexpr int kRelBins = 52;
 
+// Both are branch-free so that the CPU sweep's error pass vectorizes.
 RSQ_HD int ulp_bin(uint64_t d) {
 #if defined(__CUDA_ARCH__)
   return 64 - __clzll(static_cast<long long>(d));
 #else
-  return d == 0 ? 0 : 64 - __builtin_clzll(d);
+  const int k = 64 - __builtin_clzll(d | 1u);  // d | 1 keeps clz defined; d = 0 and d = 1 both give 1
+  return d == 0 ? 0 : k;
 #endif
 }
 
 RSQ_HD int rel_bin(double e) {
-  const double a = std::fabs(e);
-  if (a == 0.0) return 0;
-  int ex = static_cast<int>((d2u(a) >> 52) & 0x7ffu) - 1023;
-  if (ex < -41) ex = -41;
-  if (ex > 8) ex = 8;
-  return ex + 42;
+  const uint64_t b = d2u(e) & 0x7fffffffffffffffull;  // |e|
+  int ex = static_cast<int>(b >> 52) - 1023;
+  ex = ex < -41 ? -41 : ex;
+  ex = ex > 8 ? 8 : ex;
+  return b == 0 ? 0 : ex + 42;
 }
 
 }  // namespace rsq

@@ -399,51 +399,76 @@ struct RefCounters {
 
 constexpr int kBlock = 2048;
 
-// The hot loop of the sweep. Written to vectorize: locals instead of s's fields, and the histogram
-// bins computed in one pass and counted in another, into four interleaved copies so that runs of
-// equal bins do not serialize on one counter.
+// The hot loop of the sweep, in passes that the compiler can vectorize: one pass computes every
+// element's errors into scratch arrays (non-negative doubles kept as bit patterns, whose integer order
+// is their numeric order, so maxima are integer maxima), then simple reductions and the histograms
+// (four interleaved copies, so runs of equal bins do not serialize on one counter).
+struct Scratch {
+  std::vector<uint64_t> ue, arel, pos, neg, d;
+  std::vector<uint8_t> ub, rb, bad;
+  explicit Scratch(int n) : ue(n), arel(n), pos(n), neg(n), d(n), ub(n), rb(n), bad(n) {}
+};
+
 template <int DUMMY>
 inline void accumulate_impl(Stats& s, const float* x, const float* y, const uint32_t* cr, const double* r,
-                            const double* invr, const double* invulp, int n, uint8_t* ub, uint8_t* rb) {
-  int64_t exact = 0, nonfinite = 0, max_ulp_int = s.max_ulp_int;
-  double max_ulp = s.max_ulp, max_abs_rel = s.max_abs_rel, min_rel = s.min_rel, max_rel = s.max_rel, sum_abs_rel = 0.0;
+                            const double* invr, const double* invulp, int n, Scratch& w) {
+  uint64_t* __restrict ue = w.ue.data();
+  uint64_t* __restrict arel = w.arel.data();
+  uint64_t* __restrict pos = w.pos.data();
+  uint64_t* __restrict neg = w.neg.data();
+  uint64_t* __restrict dist = w.d.data();
+  uint8_t* __restrict ub = w.ub.data();
+  uint8_t* __restrict rb = w.rb.data();
+  uint8_t* __restrict bad = w.bad.data();
+  int64_t nbad = 0, exact = 0;
   for (int i = 0; i < n; ++i) {
     const float yv = y[i];
     const uint32_t yb = rsq::f2u(yv);
-    const bool bad = (yb & 0x7f800000u) == 0x7f800000u;  // NaN or infinity
+    const uint32_t b = (yb & 0x7f800000u) == 0x7f800000u;  // NaN or infinity
     const int64_t dd = rsq::ordered(yb) - static_cast<int64_t>(cr[i]);
-    const int64_t d = dd < 0 ? -dd : dd;
+    const uint64_t d = static_cast<uint64_t>(dd < 0 ? -dd : dd);
     const double diff = static_cast<double>(yv) - r[i];
-    const double rel = bad ? 0.0 : diff * invr[i];
-    const double arel = std::fabs(rel);
-    const double ue = bad ? 0.0 : std::fabs(diff) * invulp[i];
-    nonfinite += bad;
-    exact += (!bad) & (d == 0);
-    max_ulp_int = (!bad && d > max_ulp_int) ? d : max_ulp_int;
-    max_ulp = ue > max_ulp ? ue : max_ulp;
-    max_abs_rel = arel > max_abs_rel ? arel : max_abs_rel;
-    min_rel = (!bad && rel < min_rel) ? rel : min_rel;
-    max_rel = (!bad && rel > max_rel) ? rel : max_rel;
-    sum_abs_rel += arel;
-    ub[i] = static_cast<uint8_t>(bad ? rsq::kUlpBins - 1 : rsq::ulp_bin(static_cast<uint64_t>(d)));
-    rb[i] = static_cast<uint8_t>(bad ? rsq::kRelBins - 1 : rsq::rel_bin(rel));
+    const double rel = b ? 0.0 : diff * invr[i];
+    const double u = b ? 0.0 : std::fabs(diff) * invulp[i];
+    const uint64_t relb = rsq::d2u(rel);
+    const uint64_t arb = relb & 0x7fffffffffffffffull;
+    const bool negative = (relb >> 63) != 0;
+    nbad += b;
+    exact += (b == 0) & (d == 0);
+    bad[i] = static_cast<uint8_t>(b);
+    dist[i] = b ? 0 : d;
+    ue[i] = rsq::d2u(u);
+    arel[i] = arb;
+    pos[i] = negative ? 0 : arb;
+    neg[i] = negative ? arb : 0;
+    ub[i] = static_cast<uint8_t>(b ? rsq::kUlpBins - 1 : rsq::ulp_bin(d));
+    rb[i] = static_cast<uint8_t>(b ? rsq::kRelBins - 1 : rsq::rel_bin(rel));
   }
-  // worst-case inputs: first index reaching a new maximum (rare, so a second cheap pass)
-  if (max_ulp > s.max_ulp || max_abs_rel > s.max_abs_rel) {
-    for (int i = 0; i < n; ++i) {
-      const uint32_t yb = rsq::f2u(y[i]);
-      if ((yb & 0x7f800000u) == 0x7f800000u) continue;
-      const double diff = static_cast<double>(y[i]) - r[i];
-      if (max_ulp > s.max_ulp && std::fabs(diff) * invulp[i] == max_ulp) {
+  uint64_t m_ue = 0, m_ar = 0, m_pos = 0, m_neg = 0, m_d = 0;
+  for (int i = 0; i < n; ++i) {
+    m_ue = ue[i] > m_ue ? ue[i] : m_ue;
+    m_ar = arel[i] > m_ar ? arel[i] : m_ar;
+    m_pos = pos[i] > m_pos ? pos[i] : m_pos;
+    m_neg = neg[i] > m_neg ? neg[i] : m_neg;
+    m_d = dist[i] > m_d ? dist[i] : m_d;
+  }
+  double sum4[4] = {0.0, 0.0, 0.0, 0.0};
+  for (int i = 0; i < n; ++i) sum4[i & 3] += rsq::u2d(arel[i]);
+  const double max_ulp = rsq::u2d(m_ue), max_abs_rel = rsq::u2d(m_ar);
+  if (max_ulp > s.max_ulp) {  // first input reaching the new maximum
+    for (int i = 0; i < n; ++i)
+      if (ue[i] == m_ue) {
         s.worst_ulp_x = rsq::f2u(x[i]);
-        s.max_ulp = max_ulp;
+        break;
       }
-      if (max_abs_rel > s.max_abs_rel && std::fabs(diff * invr[i]) == max_abs_rel) {
+    s.max_ulp = max_ulp;
+  }
+  if (max_abs_rel > s.max_abs_rel) {
+    for (int i = 0; i < n; ++i)
+      if (arel[i] == m_ar) {
         s.worst_rel_x = rsq::f2u(x[i]);
-        s.max_abs_rel = max_abs_rel;
+        break;
       }
-    }
-    s.max_ulp = max_ulp;  // (both are >= the stored maxima)
     s.max_abs_rel = max_abs_rel;
   }
   int32_t uh[4][rsq::kUlpBins] = {}, rh[4][rsq::kRelBins] = {};
@@ -455,60 +480,86 @@ inline void accumulate_impl(Stats& s, const float* x, const float* y, const uint
     for (int j = 0; j < rsq::kUlpBins; ++j) s.ulp_hist[j] += uh[k][j];
     for (int j = 0; j < rsq::kRelBins; ++j) s.rel_hist[j] += rh[k][j];
   }
+  const int64_t finite = n - nbad;
   s.count += n;
   s.exact += exact;
-  s.nonfinite += nonfinite;
-  s.max_ulp_int = max_ulp_int;
-  s.min_rel = min_rel;
-  s.max_rel = max_rel;
-  s.sum_abs_rel += sum_abs_rel;
+  s.nonfinite += nbad;
+  s.max_ulp_int = std::max<int64_t>(s.max_ulp_int, static_cast<int64_t>(m_d));
+  if (finite > 0) {
+    // the extreme signed errors: the largest positive one, else the smallest-magnitude non-positive one
+    double lo = -rsq::u2d(m_neg), hi = rsq::u2d(m_pos);
+    if (m_neg == 0 || m_pos == 0) {  // all errors on one side (or zero): find the exact extreme
+      double mn = std::numeric_limits<double>::infinity(), mx = -mn;
+      for (int i = 0; i < n; ++i) {
+        if (bad[i]) continue;
+        const double e = pos[i] ? rsq::u2d(pos[i]) : -rsq::u2d(neg[i]);
+        mn = e < mn ? e : mn;
+        mx = e > mx ? e : mx;
+      }
+      lo = mn;
+      hi = mx;
+    }
+    s.min_rel = std::min(s.min_rel, lo);
+    s.max_rel = std::max(s.max_rel, hi);
+  }
+  s.sum_abs_rel += (sum4[0] + sum4[1]) + (sum4[2] + sum4[3]);
 }
 
 void accumulate_generic(Stats& s, const float* x, const float* y, const uint32_t* cr, const double* r,
-                        const double* invr, const double* invulp, int n, uint8_t* ub, uint8_t* rb) {
-  accumulate_impl<0>(s, x, y, cr, r, invr, invulp, n, ub, rb);
+                        const double* invr, const double* invulp, int n, Scratch& w) {
+  accumulate_impl<0>(s, x, y, cr, r, invr, invulp, n, w);
 }
 #if RSQ_X86
-// Same code compiled for AVX2 (contraction is off, so each operation rounds as in the generic build).
+// The same code compiled for AVX2 / AVX-512 (contraction is off: every operation rounds as in the
+// generic build, and the passes hold no floating-point reductions whose order could change).
 __attribute__((target("avx2"))) void accumulate_avx2(Stats& s, const float* x, const float* y, const uint32_t* cr,
                                                      const double* r, const double* invr, const double* invulp, int n,
-                                                     uint8_t* ub, uint8_t* rb) {
-  accumulate_impl<1>(s, x, y, cr, r, invr, invulp, n, ub, rb);
+                                                     Scratch& w) {
+  accumulate_impl<1>(s, x, y, cr, r, invr, invulp, n, w);
 }
 __attribute__((target("avx512f,avx512cd,avx512vl,avx512dq,avx512bw"))) void accumulate_avx512(
     Stats& s, const float* x, const float* y, const uint32_t* cr, const double* r, const double* invr,
-    const double* invulp, int n, uint8_t* ub, uint8_t* rb) {
-  accumulate_impl<2>(s, x, y, cr, r, invr, invulp, n, ub, rb);
+    const double* invulp, int n, Scratch& w) {
+  accumulate_impl<2>(s, x, y, cr, r, invr, invulp, n, w);
 }
 #endif
 
 void accumulate(Stats& s, const float* x, const float* y, const uint32_t* cr, const double* r, const double* invr,
-                const double* invulp, int n) {
-  uint8_t ub[4096], rb[4096];
+                const double* invulp, int n, Scratch& w) {
 #if RSQ_X86
   static const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
                              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
                              __builtin_cpu_supports("avx512bw");
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx512) return accumulate_avx512(s, x, y, cr, r, invr, invulp, n, ub, rb);
-  if (avx2) return accumulate_avx2(s, x, y, cr, r, invr, invulp, n, ub, rb);
+  if (avx512) return accumulate_avx512(s, x, y, cr, r, invr, invulp, n, w);
+  if (avx2) return accumulate_avx2(s, x, y, cr, r, invr, invulp, n, w);
 #endif
-  accumulate_generic(s, x, y, cr, r, invr, invulp, n, ub, rb);
+  accumulate_generic(s, x, y, cr, r, invr, invulp, n, w);
 }
+
+// Input groups: x >= 2^-125 ("normal"), [2^-126, 2^-125) ("lowest_normal_binade": x/2 underflows, which
+// costs the Newton step its accuracy), and subnormal x.
+constexpr int kGroups = 3;
+constexpr int kNormal = 0, kSubnormal = 1, kLowest = 2;
+const char* const kGroupNames[kGroups] = {"normal", "subnormal", "lowest_normal_binade"};
 
 // One worker: elements [i0, i1) of the pattern sequence lo + i*stride.
 void sweep_worker(const std::vector<const Method*>& ms, uint64_t lo, uint64_t stride, int64_t i0, int64_t i1,
-                  std::vector<Stats>& stats /* [method*2 + group] */, RefCounters& ref) {
+                  std::vector<Stats>& stats /* [method*kGroups + group] */, RefCounters& ref) {
   std::vector<float> x(kBlock), y(kBlock);
   std::vector<uint32_t> cr(kBlock);
   std::vector<double> r(kBlock), invr(kBlock), invulp(kBlock);
+  Scratch w(kBlock);
   for (int64_t b = i0; b < i1; b += kBlock) {
     const int n = static_cast<int>(std::min<int64_t>(kBlock, i1 - b));
-    int nsub = 0;  // the block's first nsub elements are subnormal (patterns increase with i)
+    // Patterns increase with i: the block's first nsub elements are subnormal, the next ones up to
+    // nlow lie in [2^-126, 2^-125) (the lowest normal binade, where x/2 is subnormal), the rest above.
+    int nsub = 0, nlow = 0;
     for (int i = 0; i < n; ++i) {
       const uint32_t bits = static_cast<uint32_t>(lo + static_cast<uint64_t>(b + i) * stride);
       x[i] = rsq::u2f(bits);
       if (bits < 0x00800000u) nsub = i + 1;
+      if (bits < 0x01000000u) nlow = i + 1;
       r[i] = 1.0 / std::sqrt(static_cast<double>(x[i]));
       invr[i] = 1.0 / r[i];
       invulp[i] = rsq::inv_ulp_of(r[i]);
@@ -519,12 +570,16 @@ void sweep_worker(const std::vector<const Method*>& ms, uint64_t lo, uint64_t st
       ref.ties += t;
       if (c && ref.corrected_x.size() < 256) ref.corrected_x.push_back(bits);
     }
+    const int seg[4] = {0, nsub, nlow, n};
+    const int group_of_seg[3] = {kSubnormal, kLowest, kNormal};
     for (size_t k = 0; k < ms.size(); ++k) {
       ms[k]->array(x.data(), y.data(), n);
-      if (nsub > 0) accumulate(stats[2 * k + 1], x.data(), y.data(), cr.data(), r.data(), invr.data(), invulp.data(), nsub);
-      if (n > nsub)
-        accumulate(stats[2 * k], x.data() + nsub, y.data() + nsub, cr.data() + nsub, r.data() + nsub,
-                   invr.data() + nsub, invulp.data() + nsub, n - nsub);
+      for (int g = 0; g < 3; ++g) {
+        const int a = seg[g], e = seg[g + 1];
+        if (e > a)
+          accumulate(stats[kGroups * k + group_of_seg[g]], x.data() + a, y.data() + a, cr.data() + a, r.data() + a,
+                     invr.data() + a, invulp.data() + a, e - a, w);
+      }
     }
   }
 }
@@ -556,7 +611,7 @@ py::dict sweep(const std::vector<std::string>& names, uint64_t lo, uint64_t hi, 
   const int64_t total = static_cast<int64_t>((hi - lo + stride - 1) / stride);
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   threads = static_cast<int>(std::min<int64_t>(threads, std::max<int64_t>(1, total / kBlock)));
-  std::vector<std::vector<Stats>> st(threads, std::vector<Stats>(2 * ms.size()));
+  std::vector<std::vector<Stats>> st(threads, std::vector<Stats>(kGroups * ms.size()));
   std::vector<RefCounters> refs(threads);
   {
     py::gil_scoped_release release;
@@ -578,8 +633,7 @@ py::dict sweep(const std::vector<std::string>& names, uint64_t lo, uint64_t hi, 
   py::dict per_method;
   for (size_t k = 0; k < ms.size(); ++k) {
     py::dict g;
-    g["normal"] = stats_dict(st[0][2 * k]);
-    g["subnormal"] = stats_dict(st[0][2 * k + 1]);
+    for (int j = 0; j < kGroups; ++j) g[kGroupNames[j]] = stats_dict(st[0][kGroups * k + j]);
     per_method[py::str(ms[k]->name)] = g;
   }
   out["methods"] = per_method;
@@ -786,6 +840,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("reference", &reference, "correctly rounded 1/sqrt(x) for float32 (IEEE special values elsewhere)");
   m.def("sweep", &sweep, py::arg("names"), py::arg("lo"), py::arg("hi"), py::arg("stride") = 1, py::arg("threads") = 0);
   m.def("profile", &profile);
+  m.def("exact_above", [](float x, double m) {
+    int tie = 0;
+    const bool above = rsq::rsqrt_above(x, m, &tie);
+    return std::make_pair(above, tie != 0);
+  }, "(1/sqrt(x) > m, 1/sqrt(x) == m) decided in exact integer arithmetic (m: at most 27 significant bits)");
   m.def("throughput_ns", &throughput_ns);
   m.def("rmsnorm_row_ns", &rmsnorm_row_ns, "ns/row for variants exact, rsqrtss, rsqrtss+nr1, none");
   m.def("scalar_rsqrt_ns", &scalar_rsqrt_ns);

@@ -123,7 +123,10 @@ def open_page(browser, site_url):
         page = context.new_page()
         watcher = Watcher(context, page)
         page.goto(site_url + path, wait_until="load")
-        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise")
+        try:
+            page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=15000)
+        except Exception:  # noqa: BLE001 - turn a timeout into a readable failure
+            pytest.fail(f"{path or 'home'}: MathJax did not start within 15 s; problems so far: {watcher.errors}")
         page.evaluate("() => MathJax.startup.promise")
         page.wait_for_load_state("networkidle")
         return page, watcher
@@ -160,14 +163,18 @@ def test_page(open_page, site_dir, path):
     problems: list[str] = []
 
     # formulas: every arithmatex block holds a MathJax rendering, none failed, no TeX left in the text
-    math = page.evaluate("""() => {
+    math = page.evaluate(r"""() => {
         const blocks = [...document.querySelectorAll('.arithmatex')];
         const unrendered = blocks.filter(b => !b.querySelector('mjx-container')).map(b => b.textContent.slice(0, 80));
         const errors = [...document.querySelectorAll('mjx-merror')].map(e => e.textContent.slice(0, 80));
         const root = (document.querySelector('article') || document.body).cloneNode(true);
         root.querySelectorAll('pre, code, mjx-container, script, style, textarea, svg').forEach(e => e.remove());
-        return {count: blocks.length, unrendered, errors, text: root.textContent};
+        // notebook markdown is not processed by the site's MathJax config: $...$ there would stay raw
+        const nbmath = [...document.querySelectorAll('.jp-RenderedMarkdown, .jp-MarkdownOutput')]
+            .map(e => e.textContent).join('\n').match(/\$[^$\s][^$]*\$/g) || [];
+        return {count: blocks.length, unrendered, errors, text: root.textContent, nbmath};
     }""")
+    problems += [f"raw TeX in a notebook cell: {t[:80]!r}" for t in math["nbmath"]]
     problems += [f"formula not rendered: {t!r}" for t in math["unrendered"]]
     problems += [f"MathJax error: {t!r}" for t in math["errors"]]
     for m in RAW_TEX.finditer(math["text"]):

@@ -47,10 +47,12 @@ def _notebook(source: str) -> dict:
     }
 
 
-def _build(tmp_path: Path, source: str) -> subprocess.CompletedProcess:
+def _build(tmp_path: Path, source: str, files: dict | None = None) -> subprocess.CompletedProcess:
     docs = tmp_path / "docs"
-    docs.mkdir()
+    docs.mkdir(exist_ok=True)
     (docs / "index.md").write_text("# Home\n")
+    for name, text in (files or {}).items():
+        (docs / name).write_text(text)
     (docs / "nb.ipynb").write_text(json.dumps(_notebook(source)))
     config = {
         "site_name": "notebook check",
@@ -69,6 +71,20 @@ def test_the_repository_config_executes_notebooks_and_forbids_errors():
     assert cfg.get("execute") is True
     assert cfg.get("allow_errors") is False
     assert cfg.get("include_requirejs") is False
+    assert not cfg.get("execute_ignore"), "every notebook must run during the build"
+
+
+def test_a_cell_broken_by_the_code_it_imports_fails_the_next_build(tmp_path):
+    """mkdocs-jupyter caches executed notebooks by default, keyed on the notebook file alone: a change in
+    the package a notebook imports would then not re-run it. The repository's config must not allow that."""
+    cell = "import helper_for_check\nprint(helper_for_check.value())\n"
+    first = _build(tmp_path, cell, {"helper_for_check.py": "def value():\n    return 42\n"})
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    second = _build(tmp_path, cell, {"helper_for_check.py": "def value():\n    raise ValueError('helper broke')\n"})
+    assert second.returncode != 0, (
+        "the notebook was not re-executed after the code it imports changed (mkdocs-jupyter served its cache): "
+        "set `cache: false` for mkdocs-jupyter in mkdocs.yml")
+    assert "helper broke" in second.stdout + second.stderr
 
 
 def test_a_failing_cell_fails_the_build(tmp_path):

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# GPU checks for a lent GPU machine (an H200 here), in one call of about 6-8 minutes:
+#   1. build the CUDA library (cuda/gpu, sm_90) and the CPU library it extends,
+#   2. run the GPU tests (tests/test_cuda_kernels.py, tests/test_cuda_build.py),
+#   3. run the rsqrt GPU sweep (entry point owned by reference_impl.rsqrt_study, if present),
+#   4. benchmark forward and forward+backward (reference_impl.bench_gpu) -> docs/data/bench_gpu.json.
+# Everything is logged; with $OUT set (the device tool's output folder) the logs and data files are
+# copied there (at most 8 files). Each step has its own time limit; a failed step does not stop the next.
+# Usage: scripts/gpu_check.sh            (PY=python3 OUT=/some/dir scripts/gpu_check.sh to override)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+export MAX_JOBS="${MAX_JOBS:-$(nproc)}"
+OUT="${OUT:-build/gpu_check}"
+mkdir -p "$OUT" build
+# The project's venv when it sees a GPU, else the machine's python3 (the device image's PyTorch).
+if [ -z "${PY:-}" ]; then
+  if [ -x .venv/bin/python ] && .venv/bin/python -c 'import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+    PY=.venv/bin/python
+  else
+    PY=python3
+  fi
+fi
+SUMMARY="$OUT/summary.txt"
+LOG="$OUT/build_and_tests.log"
+: >"$SUMMARY"; : >"$LOG"
+note() { echo "[gpu_check $(date -u +%H:%M:%S)] $*" | tee -a "$SUMMARY"; }
+step() {  # step NAME SECONDS LOGFILE CMD...
+  local name=$1 secs=$2 log=$3; shift 3
+  local t0=$SECONDS
+  timeout --signal=TERM --kill-after=15 "$secs" "$@" >>"$log" 2>&1
+  local rc=$?
+  note "$name: exit $rc after $((SECONDS - t0)) s (limit $secs s)"
+  return $rc
+}
+
+note "python: $PY ($($PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available())' 2>&1))"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv >>"$SUMMARY" 2>&1 || note "nvidia-smi failed"
+"$CUDA_HOME/bin/nvcc" --version | tail -2 >>"$SUMMARY" 2>&1
+
+step build 150 "$LOG" "$PY" -c 'from reference_impl import cuda_ops; cuda_ops.ensure_loaded(); print("normlab CUDA library loaded")'
+
+MARK=$(mktemp)
+step gpu-tests 180 "$LOG" "$PY" -m pytest -q -p no:cacheprovider \
+  tests/test_cuda_kernels.py tests/test_cuda_build.py
+if [ -n "$(find build/test-results.json -newer "$MARK" 2>/dev/null)" ]; then
+  cp build/test-results.json "$OUT/gpu_test_results.json"
+else
+  note "the test step wrote no build/test-results.json"
+fi
+grep -E "passed|failed|error" "$LOG" | tail -3 >>"$SUMMARY"
+
+# rsqrt GPU sweep: owned by the rsqrt study (issue 5). Runs its GPU mode when the module offers one.
+if [ -f reference_impl/rsqrt_study.py ] && "$PY" -m reference_impl.rsqrt_study --help 2>/dev/null | grep -q -- "--gpu"; then
+  step rsqrt-gpu-sweep 90 "$OUT/rsqrt.log" "$PY" -m reference_impl.rsqrt_study --gpu
+  for f in docs/data/rsqrt_gpu*.json; do [ -f "$f" ] && cp "$f" "$OUT/"; done
+else
+  note "RSQRT GPU SWEEP NOT RUN: no 'python -m reference_impl.rsqrt_study --gpu' entry point in this checkout"
+fi
+
+step bench 240 "$OUT/bench.log" "$PY" -m reference_impl.bench_gpu --out docs/data/bench_gpu.json
+cp docs/data/bench_gpu.json "$OUT/" 2>/dev/null || note "no docs/data/bench_gpu.json written"
+tail -30 "$OUT/bench.log" | grep -v "bench_gpu:" >>"$SUMMARY" 2>/dev/null
+note "done; files in $OUT"
+cat "$SUMMARY"

@@ -1,0 +1,480 @@
+"""The fused CPU ops (library ``normlab``, ``cuda/cpu/``): numerics against the float64 oracle and the
+PyTorch reference within the derived bounds, the custom-op machinery (opcheck, torch.compile), determinism,
+batch invariance, every instruction-set path, and the errors for bad input.
+
+Bounds come from :mod:`reference_impl.conventions` (``forward_bound`` / ``backward_bounds``: the core
+policy of :mod:`reference_impl.tolerances` plus the extra roundings of each convention) and from
+:mod:`reference_impl.tolerances` for LayerNorm. Budget: well under 4 minutes with the native build.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import reference_impl as ri
+from reference_impl import conventions as conv
+from reference_impl import fused, oracle
+from reference_impl import tolerances as tol
+from reference_impl.native import NativeBuildError
+
+REPO = Path(__file__).resolve().parent.parent
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+# hidden sizes 1..16384, odd ones and vector-width remainders included; 1-D to 4-D
+SHAPES = [(1,), (7,), (3, 1), (4, 33), (2, 3, 127), (2, 2, 3, 256), (5, 1000), (2, 4097), (2, 16383), (1, 16384)]
+ISAS = ["scalar", "avx2", "avx512", "avx512bf16"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _native():
+    fused.load()
+
+
+def _data(shape, dtype, seed, w_dtype=None):
+    g = torch.Generator().manual_seed(seed)
+    d = shape[-1]
+    x = (torch.randn(shape, generator=g, dtype=torch.float64) * 2).to(dtype)
+    w = (1 + 0.5 * torch.randn(d, generator=g, dtype=torch.float64)).to(w_dtype or dtype)
+    b = (0.3 * torch.randn(d, generator=g, dtype=torch.float64)).to(w_dtype or dtype)
+    dy = torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+    r = torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+    return x, w, b, dy, r
+
+
+def _gain(w, convention):
+    return None if w is None else conv.effective_gain(w, convention).double().numpy()
+
+
+def _check_rms(x, w, dy, convention, eps=1e-6, what=""):
+    """Forward and backward of fused_rms_norm against the oracle, within the convention's bounds."""
+    xr = x.detach().clone().requires_grad_(True)
+    wr = None if w is None else w.detach().clone().requires_grad_(True)
+    y = fused.fused_rms_norm(xr, wr, eps, convention=convention)
+    assert y.dtype == x.dtype and y.shape == x.shape
+    yo = oracle.rms_norm_forward(x.double().numpy(), _gain(w, convention), eps)
+    # weight in x's dtype or float32: the op rounds to x's dtype before the gain (llama) and at the end
+    bound = conv.forward_bound(x, w, eps, convention, w_dtype=None if w is None else x.dtype)
+    tol.assert_within(y, yo, bound, f"fused rms forward {what}")
+    grads = torch.autograd.grad(y, [t for t in (xr, wr) if t is not None], dy)
+    edx, edw = oracle.rms_norm_backward(dy.double().numpy(), x.double().numpy(), _gain(w, convention), eps)
+    bdx, bdw = conv.backward_bounds(dy, x, w, eps, convention)
+    assert grads[0].dtype == x.dtype
+    tol.assert_within(grads[0], edx, bdx, f"fused rms dx {what}")
+    if w is not None:
+        assert grads[1].dtype == w.dtype and grads[1].shape == w.shape
+        tol.assert_within(grads[1], edw, bdw, f"fused rms dweight {what}")
+    return y, grads
+
+
+@pytest.mark.guards("rms.forward", "rms.vjp_x", "rms.vjp_weight", "snippet:rms_norm_cpu.rms_fwd",
+                    "snippet:rms_norm_cpu.rms_bwd", "snippet:simd.row_helpers", "snippet:simd.vec512",
+                    "snippet:fused.autograd")
+@pytest.mark.parametrize("convention", ["llama", "gemma"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_rms_matches_oracle(shape, dtype, convention):
+    x, w, _, dy, _ = _data(shape, dtype, 1)
+    _check_rms(x, w, dy, convention, what=f"{shape} {dtype} {convention}")
+    _check_rms(x, None, dy, convention, what=f"{shape} {dtype} {convention} no weight")
+
+
+@pytest.mark.guards("rms.forward")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_rms_float32_weight_with_half_input(dtype):
+    x, w, _, dy, _ = _data((6, 515), dtype, 2, w_dtype=torch.float32)
+    y, (dx, dw) = _check_rms(x, w, dy, "llama", what="fp32 weight")
+    assert y.dtype == dtype and dw.dtype == torch.float32
+
+
+@pytest.mark.guards("rms.forward")
+@pytest.mark.parametrize("convention", ["llama", "gemma"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(4, 33), (2, 3, 1031), (3, 4096)], ids=str)
+def test_rms_matches_pytorch_reference(shape, dtype, convention):
+    """The PyTorch reference of the same convention and the fused op agree within the sum of their bounds."""
+    x, w, _, _, _ = _data(shape, dtype, 3)
+    y = fused.fused_rms_norm(x, w, 1e-6, convention=convention)
+    y_ref = conv.rms_norm(x, w, 1e-6, convention=convention)
+    bound = conv.forward_bound(x, w, 1e-6, convention)
+    tol.assert_within(y, y_ref.double().numpy(), 2 * bound, f"fused vs conventions.{convention}")
+    if dtype == torch.float32 and convention == "llama":
+        tol.assert_within(y, ri.rms_norm(x, w, 1e-6).double().numpy(), 2 * bound, "fused vs reference")
+
+
+@pytest.mark.guards("rms.forward", "rms.vjp_x")
+@pytest.mark.parametrize("convention", ["llama", "gemma"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(1,), (3, 17), (2, 2, 1025)], ids=str)
+def test_rms_with_residual(shape, dtype, convention):
+    """h = round_x(x + residual) is returned bit-exactly and normalized; gradients flow to both inputs."""
+    x, w, _, dy, r = _data(shape, dtype, 4)
+    xr, rr, wr = (t.clone().requires_grad_(True) for t in (x, r, w))
+    y, h = fused.fused_rms_norm(xr, wr, 1e-6, residual=rr, convention=convention)
+    h_expected = (x.float() + r.float()).to(dtype)
+    assert torch.equal(h, h_expected)
+    y_plain = fused.fused_rms_norm(h_expected, w, 1e-6, convention=convention)
+    assert torch.equal(y, y_plain)
+    dh = torch.randn(shape, generator=torch.Generator().manual_seed(5)).to(dtype)
+    gx, gr, gw = torch.autograd.grad([y, h], [xr, rr, wr], [dy, dh])
+    assert torch.equal(gx, gr)
+    h2 = h_expected.clone().requires_grad_(True)
+    gx_plain = torch.autograd.grad(fused.fused_rms_norm(h2, w, 1e-6, convention=convention), h2, dy)[0]
+    assert torch.equal(gx, gx_plain + dh)
+    edx, _ = oracle.rms_norm_backward(dy.double().numpy(), h_expected.double().numpy(), _gain(w, convention), 1e-6)
+    bdx, _ = conv.backward_bounds(dy, h_expected, w, 1e-6, convention)
+    tol.assert_within(gx_plain, edx, bdx, "residual dx")
+
+
+@pytest.mark.guards("ln.forward", "ln.vjp_x", "ln.vjp_weight", "ln.vjp_bias", "snippet:layer_norm_cpu.ln_fwd",
+                    "snippet:layer_norm_cpu.ln_bwd")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_layer_norm_matches_oracle(shape, dtype):
+    x, w, b, dy, _ = _data(shape, dtype, 6)
+    x = x + 3  # an offset makes the centring matter
+    for ww, bb in ((w, b), (None, None)):
+        xr = x.clone().requires_grad_(True)
+        params = [t.clone().requires_grad_(True) for t in (ww, bb) if t is not None]
+        y = fused.fused_layer_norm(xr, *(params or [None, None]), eps=1e-5)
+        wn, bn = (None, None) if ww is None else (ww.double().numpy(), bb.double().numpy())
+        tol.assert_within(y, oracle.layer_norm_forward(x.double().numpy(), wn, bn, 1e-5),
+                          tol.ln_forward_bound(x, ww, bb, 1e-5, dtype), f"fused ln forward {shape}")
+        grads = torch.autograd.grad(y, [xr, *params], dy)
+        edx, edw, edb = oracle.layer_norm_backward(dy.double().numpy(), x.double().numpy(), wn, bn, 1e-5)
+        bdx, bdw, bdb = tol.ln_backward_bounds(dy, x, ww, bb, 1e-5, dtype)
+        tol.assert_within(grads[0], edx, bdx, "fused ln dx")
+        if ww is not None:
+            tol.assert_within(grads[1], edw, bdw, "fused ln dweight")
+            tol.assert_within(grads[2], edb, bdb, "fused ln dbias")
+        ref = F.layer_norm(x.float(), (x.shape[-1],), None if ww is None else ww.float(),
+                           None if bb is None else bb.float(), 1e-5)
+        tol.assert_within(y, ref.double().numpy(), 2 * tol.ln_forward_bound(x, ww, bb, 1e-5, dtype), "vs F.layer_norm")
+
+
+@pytest.mark.guards("rms.forward", "ln.forward", "snippet:cpu_common.dispatch", "snippet:rms_norm_cpu.foreach_isa")
+@pytest.mark.parametrize("isa", ISAS)
+def test_every_instruction_set_path(isa, monkeypatch):
+    """NORMLAB_CPU_ISA selects each compiled path (a request above what the CPU has falls back)."""
+    monkeypatch.setenv("NORMLAB_CPU_ISA", isa)
+    for dtype in DTYPES:
+        for shape in [(3, 1), (5, 37), (2, 1000), (2, 4099)]:
+            x, w, b, dy, _ = _data(shape, dtype, 7)
+            for convention in ("llama", "gemma"):
+                _check_rms(x, w, dy, convention, what=f"{isa}")
+            y = fused.fused_layer_norm(x, w, b)
+            tol.assert_within(y, oracle.layer_norm_forward(x.double().numpy(), w.double().numpy(), b.double().numpy(), 1e-5),
+                              tol.ln_forward_bound(x, w, b, 1e-5, dtype), f"ln {isa}")
+
+
+@pytest.mark.guards("fused.rounding")
+@pytest.mark.parametrize("isa", ISAS)
+def test_output_rounding_matches_torch_bit_for_bit(isa, monkeypatch):
+    """Vector lanes, row tails and torch's own cast round to bf16/fp16 identically (ties, Inf, overflow,
+    denormals). A row of ones with eps=0 has rstd exactly 1, so llama with a float32 weight gives
+    y = round_x(1 * w): the op's conversion of w, compared with ``w.to(dtype)``."""
+    monkeypatch.setenv("NORMLAB_CPU_ISA", isa)
+    special = [1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 1 + 2**-11, 1 + 3 * 2**-11, 2**-130, -(2**-133), 1e-40,
+               3e38, 3.4e38, float("inf"), -float("inf"), 0.0, -0.0, 65504.0, 65520.0, 6e-8, 2**-25, 2**-149,
+               float("nan")]
+    d = 37  # two AVX-512 vectors (four AVX2 vectors) and a tail of five
+    g = torch.Generator().manual_seed(14)
+    base = torch.randn(d, generator=g) * 100
+    for start in range(0, d, 7):  # specials at vector positions and in the tail
+        w = base.clone()
+        for k, v in enumerate(special):
+            w[(start + k) % d] = v
+        for dtype in (torch.bfloat16, torch.float16):
+            x = torch.ones(3, d, dtype=dtype)
+            y = fused.fused_rms_norm(x, w, 0.0)
+            expected = w.to(dtype).expand(3, d)
+            assert torch.equal(torch.isnan(y), torch.isnan(expected))
+            ok = ~torch.isnan(expected)
+            assert torch.equal(y[ok].view(torch.int16), expected[ok].view(torch.int16)), (isa, dtype, start)
+
+
+@pytest.mark.guards("fused.deterministic", "snippet:cpu_common.reduce")
+def test_bit_identical_repeats_and_thread_counts():
+    x, w, _, dy, _ = _data((1000, 777), torch.bfloat16, 8)
+    runs = []
+    threads = torch.get_num_threads()
+    try:
+        for nt in (threads, 1, threads):
+            torch.set_num_threads(nt)
+            xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+            y = fused.fused_rms_norm(xr, wr)
+            y.backward(dy)
+            ln = fused.fused_layer_norm(xr.detach(), wr.detach(), wr.detach())
+            runs.append((y, xr.grad, wr.grad, ln))
+    finally:
+        torch.set_num_threads(threads)
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.guards("fused.batch_invariant")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_row_results_do_not_depend_on_the_batch(dtype):
+    x, w, _, dy, _ = _data((257, 1029), dtype, 9)
+    big_x = x.clone().requires_grad_(True)
+    fused.fused_rms_norm(big_x, w).backward(dy)
+    big_y = fused.fused_rms_norm(x, w)
+    big_ln = fused.fused_layer_norm(x, w, w)
+    for i in (0, 5, 200, 256):
+        xi = x[i : i + 1].clone().requires_grad_(True)
+        yi = fused.fused_rms_norm(xi, w)
+        yi.backward(dy[i : i + 1])
+        assert torch.equal(yi, big_y[i : i + 1])
+        assert torch.equal(xi.grad, big_x.grad[i : i + 1])
+        assert torch.equal(fused.fused_layer_norm(x[i : i + 1], w, w), big_ln[i : i + 1])
+
+
+@pytest.mark.guards("rms.forward")
+def test_non_contiguous_inputs():
+    x, w, b, dy, _ = _data((6, 8, 130), torch.float32, 10)
+    xt = x.transpose(0, 1)  # strided view
+    assert not xt.is_contiguous()
+    assert torch.equal(fused.fused_rms_norm(xt, w), fused.fused_rms_norm(xt.contiguous(), w))
+    assert torch.equal(fused.fused_layer_norm(xt, w, b), fused.fused_layer_norm(xt.contiguous(), w, b))
+    ws = torch.randn(260)[::2]
+    assert torch.equal(fused.fused_rms_norm(x, ws), fused.fused_rms_norm(x, ws.contiguous()))
+    xr = xt.clone().requires_grad_(True)
+    fused.fused_rms_norm(xr, w).backward(dy.transpose(0, 1))
+    xc = xt.contiguous().requires_grad_(True)
+    fused.fused_rms_norm(xc, w).backward(dy.transpose(0, 1).contiguous())
+    assert torch.equal(xr.grad, xc.grad)
+
+
+@pytest.mark.guards("rms.forward")
+def test_empty_and_non_finite_rows_match_the_reference():
+    for shape in [(0, 8), (3, 0), (2, 0, 5)]:
+        x = torch.randn(shape)
+        w = torch.ones(shape[-1])
+        y, ref = fused.fused_rms_norm(x, w), ri.rms_norm(x, w)
+        assert y.shape == ref.shape
+        assert torch.equal(torch.isnan(y), torch.isnan(ref))
+        xr, wr = x.clone().requires_grad_(True), w.clone().requires_grad_(True)
+        fused.fused_rms_norm(xr, wr).sum().backward()
+        assert xr.grad.shape == x.shape and torch.equal(wr.grad, torch.zeros_like(w))
+    x = torch.randn(4, 37)
+    x[1, 3], x[2, 5] = float("nan"), float("inf")
+    y, ref = fused.fused_rms_norm(x), ri.rms_norm(x)
+    assert torch.equal(torch.isnan(y), torch.isnan(ref))  # NaN row all NaN; Inf row: the Inf entry NaN
+    assert torch.equal(y[2][~torch.isnan(y[2])], torch.zeros(36))  # rstd = 0 for the Inf row
+    tol.assert_within(y[[0, 3]], oracle.rms_norm_forward(x[[0, 3]].double().numpy(), None, 1e-6),
+                      tol.rms_forward_bound(x[[0, 3]], None, 1e-6, torch.float32), "finite rows")
+
+
+# --- the custom-op machinery ---------------------------------------------------------------------------
+
+def _opcheck_cases():
+    x, w, b, dy, r = _data((3, 5, 67), torch.float32, 11)
+    xb, wb, bb, dyb, rb = _data((4, 130), torch.bfloat16, 12)
+    rstd = torch.rand(3, 5) + 0.5
+    mean = torch.randn(3, 5)
+    rg = lambda t: t.clone().requires_grad_(True)  # noqa: E731
+    return [
+        ("rms_norm_fwd", (rg(x), rg(w), None, 1e-6, 0)),
+        ("rms_norm_fwd", (rg(x), rg(w), rg(r), 1e-6, 1)),
+        ("rms_norm_fwd", (rg(x), None, None, 1e-5, 0)),
+        ("rms_norm_fwd", (xb, wb.float(), rb, 1e-6, 0)),
+        ("rms_norm_bwd", (dy, x, w, rstd, 0)),
+        ("rms_norm_bwd", (dy, x, None, rstd, 1)),
+        ("layer_norm_fwd", (rg(x), rg(w), rg(b), 1e-5)),
+        ("layer_norm_fwd", (rg(xb), None, None, 1e-5)),
+        ("layer_norm_bwd", (dy, x, w, mean, rstd)),
+        ("layer_norm_bwd", (dyb, xb, None, torch.zeros(4), torch.ones(4))),
+    ]
+
+
+@pytest.mark.guards("fused.custom_op", "snippet:ops.schema", "snippet:fused.fakes")
+@pytest.mark.parametrize("case", range(10))
+def test_opcheck(case):
+    name, args = _opcheck_cases()[case]
+    torch.library.opcheck(getattr(torch.ops.normlab, name).default, args)
+
+
+@pytest.mark.guards("fused.torch_compile")
+def test_torch_compile_fullgraph_matches_eager():
+    class Block(torch.nn.Module):
+        def __init__(self, d):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.linspace(0.5, 1.5, d))
+            self.b = torch.nn.Parameter(torch.zeros(d))
+
+        def forward(self, x, res):
+            y, h = fused.fused_rms_norm(x, self.w, 1e-6, residual=res, convention="gemma")
+            return fused.fused_layer_norm(y, self.w, self.b) + h
+
+    m = Block(64)
+    x, _, _, _, r = _data((4, 64), torch.float32, 13)
+    compiled = torch.compile(m, fullgraph=True)
+    out_c = compiled(x.clone().requires_grad_(True), r)
+    out_e = m(x.clone().requires_grad_(True), r)
+    torch.testing.assert_close(out_c, out_e, rtol=0, atol=0)
+    xc, xe = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    gc = torch.autograd.grad(compiled(xc, r).sum(), [xc, m.w])
+    ge = torch.autograd.grad(m(xe, r).sum(), [xe, m.w])
+    for a, b in zip(gc, ge):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+# --- bad input --------------------------------------------------------------------------------------------
+
+def _err(fn, *args, **kw):
+    with pytest.raises((TypeError, ValueError)) as info:
+        fn(*args, **kw)
+    return type(info.value), str(info.value)
+
+
+@pytest.mark.guards("fused.bad_input")
+def test_bad_input_errors_match_the_core():
+    x = torch.randn(3, 8)
+    cases = [
+        ((x.tolist(),), {}),
+        ((x.to(torch.int32),), {}),
+        ((x.to(torch.complex64),), {}),
+        ((torch.tensor(1.0),), {}),
+        ((x, torch.ones(7)), {}),
+        ((x, torch.ones(8, 1)), {}),
+        ((x, [1.0] * 8), {}),
+        ((x, None), {"eps": -1.0}),
+        ((x, None), {"eps": float("nan")}),
+        ((x, None), {"eps": True}),
+        ((x, None), {"eps": "1e-6"}),
+    ]
+    for args, kw in cases:
+        assert _err(fused.fused_rms_norm, *args, **kw) == _err(ri.rms_norm, *args, **kw)
+    for args, kw in cases[:7]:
+        assert _err(fused.fused_layer_norm, *args, **kw) == _err(ri.layer_norm, *args, **kw)
+    assert _err(fused.fused_layer_norm, x, None, torch.ones(9)) == _err(ri.layer_norm, x, None, torch.ones(9))
+
+
+@pytest.mark.guards("fused.bad_input")
+def test_bad_input_specific_to_the_fused_op():
+    x = torch.randn(3, 8)
+    with pytest.raises(TypeError, match="float64"):
+        fused.fused_rms_norm(x.double())
+    with pytest.raises(TypeError, match="weight has dtype torch.float16"):
+        fused.fused_rms_norm(x.bfloat16(), torch.ones(8, dtype=torch.float16))
+    with pytest.raises(ValueError, match="unknown convention 't5'"):
+        fused.fused_rms_norm(x, convention="t5")
+    with pytest.raises(TypeError, match="convention must be a string"):
+        fused.fused_rms_norm(x, convention=0)
+    with pytest.raises(ValueError, match="residual has shape"):
+        fused.fused_rms_norm(x, residual=torch.randn(3, 7))
+    with pytest.raises(TypeError, match="residual has dtype"):
+        fused.fused_rms_norm(x, residual=torch.randn(3, 8).bfloat16())
+    with pytest.raises(ValueError, match="meta"):
+        fused.fused_rms_norm(torch.empty(3, 8, device="meta"))
+    # the op itself rejects what the wrapper would never pass
+    with pytest.raises(RuntimeError, match="contiguous"):
+        torch.ops.normlab.rms_norm_fwd(x.t(), None, None, 1e-6, 0)
+    with pytest.raises(RuntimeError, match="convention must be 0"):
+        torch.ops.normlab.rms_norm_fwd(x, None, None, 1e-6, 2)
+    with pytest.raises(RuntimeError, match="weight has dtype"):
+        torch.ops.normlab.rms_norm_fwd(x.half(), torch.ones(8, dtype=torch.bfloat16), None, 1e-6, 0)
+
+
+@pytest.mark.guards("fused.build_error")
+def test_missing_compiler_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv("CXX", "no-such-c++-compiler")
+    with pytest.raises(NativeBuildError, match="no C\\+\\+ compiler"):
+        fused._build()
+
+
+def test_import_builds_nothing():
+    """Importing the package must not compile: the build happens on first call."""
+    import subprocess
+    import sys
+
+    code = ("import sys, reference_impl, reference_impl.fused as f; "
+            "assert not f._loaded; assert 'torch.utils.cpp_extension' not in sys.modules; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
+
+
+# --- claims and the committed benchmark data --------------------------------------------------------------
+
+@pytest.mark.guards("C05", "snippet:bench.flops")
+def test_flop_counts_rms_vs_layer_norm():
+    """C05: counted from the traced graphs, RMSNorm's forward needs 4 operations per element, LayerNorm's 7."""
+    from reference_impl import bench
+
+    for d in (64, 4096):
+        r, l = bench.count_flops(bench.rms_flops_fn, d), bench.count_flops(bench.ln_flops_fn, d)
+        # per row: RMS = d (square) + d (mean) + 1 (eps) + 1 (rsqrt) + d + d (two products)
+        assert r["total"] == 4 * d + 2
+        # LN = d (mean) + d (centre) + d (square) + d (mean) + 1 + 1 + d + d + d (bias)
+        assert l["total"] == 7 * d + 2
+    assert 1 - (4 * 4096 + 2) / (7 * 4096 + 2) > 0.42  # 43% fewer, not "about 20%"
+
+
+@pytest.mark.guards("snippet:bench.plain_rms", "fused.bench_validation")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_benchmarked_implementations_are_validated(dtype):
+    """Every implementation the benchmark times passes its pre-timing check against the oracle."""
+    from reference_impl import bench
+
+    for impl in bench.IMPLS:
+        bench.validate(impl, dtype)
+
+
+@pytest.mark.guards("snippet:bench.block", "C38")
+def test_block_used_for_the_norm_share_runs_each_norm():
+    """The decoder block of the C38 measurement gives the same output with F.rms_norm and the fused op."""
+    from reference_impl import bench
+
+    torch.manual_seed(0)
+    eager = bench._Block(64, 4, 96, lambda x, w: F.rms_norm(x, (64,), w, 1e-6))
+    fast = bench._Block(64, 4, 96, lambda x, w: fused.fused_rms_norm(x, w, 1e-6))
+    fast.load_state_dict(eager.state_dict())
+    x = torch.randn(2, 16, 64)
+    torch.testing.assert_close(fast(x), eager(x), rtol=1e-5, atol=1e-5)
+
+
+def _bench_data():
+    path = REPO / "docs" / "data" / "bench_cpu.json"
+    assert path.exists(), "docs/data/bench_cpu.json is missing: run python -m reference_impl.bench"
+    return json.loads(path.read_text())
+
+
+@pytest.mark.guards("C04", "C05", "C38", "fused.bench_data")
+def test_committed_benchmark_data_is_well_formed():
+    from reference_impl import bench
+
+    data = _bench_data()
+    for key in ("date", "machine", "sources_sha256", "settings", "results", "summary", "flops", "block", "plots"):
+        assert key in data, key
+    assert data["machine"]["cpu"] and data["machine"]["cores"] >= 1 and data["machine"]["torch"]
+    for name in data["plots"]:
+        assert (REPO / "docs" / "data" / "plots" / name).exists(), name
+    seen = set()
+    for r in data["results"]:
+        seen.add((r["dtype"], r["rows"], r["hidden"], r["mode"], r["impl"]))
+        if "skipped" in r:
+            continue
+        assert r["repeats"] >= bench.MIN_REPEATS and r["min_s"] <= r["median_s"]
+        assert r["bytes"] == bench.min_bytes(r["rows"], r["hidden"], bench.DTYPES[r["dtype"]], r["mode"], r["impl"])
+        assert abs(r["gbps"] - r["bytes"] / r["median_s"] / 1e9) <= 1e-9 * r["gbps"]
+    shapes = [tuple(s) for s in data["settings"]["shapes"]]
+    assert len(seen) == len(shapes) * len(data["settings"]["dtypes"]) * len(bench.MODES) * len(bench.IMPLS)
+    assert (4096, 1024) in shapes and (32768, 8192) in shapes
+    # every fused and copy measurement ran (only slow references may be skipped for memory)
+    for r in data["results"]:
+        if r["impl"] in ("copy", "fused_rms_norm", "fused_layer_norm", "compiled_rms_norm"):
+            assert "skipped" not in r, r
+    # summaries recomputed from the rows
+    assert data["summary"] == json.loads(json.dumps(bench._summaries(data["results"])))
+    for d, f in data["flops"].items():
+        assert f["rms"]["total"] == 4 * int(d) + 2 and f["layer_norm"]["total"] == 7 * int(d) + 2
+    blk = data["block"]
+    for mode in bench.MODES:
+        share = blk[mode]["norm_share"]
+        assert set(share) == {"eager_rms_norm", "fused_rms_norm", "eager_layer_norm", "fused_layer_norm"}
+        assert all(-1 < v < 1 for v in share.values())
