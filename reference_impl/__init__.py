@@ -7,3 +7,4 @@
 from .reference import layer_norm, layer_norm_backward, rms_norm, rms_norm_backward
 
 __all__ = ["rms_norm", "layer_norm", "rms_norm_backward", "layer_norm_backward"]
+from .fused import fused_layer_norm, fused_rms_norm  # noqa: E402  (builds nothing until first call)

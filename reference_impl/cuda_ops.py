@@ -50,6 +50,16 @@ def build(verbose: bool = False):
     Needs nvcc (``CUDA_HOME``, default ``/usr/local/cuda``), not a GPU. Raises
     :class:`reference_impl.native.NativeBuildError` when the toolkit is missing or a source fails to compile.
     """
+    import os
+
+    home = os.environ.setdefault("CUDA_HOME", "/usr/local/cuda")
+    from torch.utils import cpp_extension
+
+    # cpp_extension fixes its CUDA_HOME when first imported; if an earlier CPU-only build imported it
+    # before CUDA_HOME was set, it guessed from the nvcc on PATH (here a shim in /usr/local/bin) and
+    # include/link paths would point at /usr/local. Use the toolkit CUDA_HOME names.
+    if os.path.exists(os.path.join(home, "bin", "nvcc")) and cpp_extension.CUDA_HOME != home:
+        cpp_extension.CUDA_HOME = home
     return load_extension(NATIVE_NAME, SOURCES, cuda=True, extra_cflags=CXX_FLAGS, extra_cuda_cflags=CUDA_FLAGS,
                           verbose=verbose)
 

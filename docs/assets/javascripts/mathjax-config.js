@@ -9,7 +9,7 @@ window.MathJax = {
 if (typeof document$ !== "undefined") {
   document$.subscribe(() => {
     if (window.MathJax && MathJax.typesetPromise) {
-      MathJax.startup.output.clearCache();
+      if (MathJax.startup.output.clearFontCache) MathJax.startup.output.clearFontCache();
       MathJax.typesetClear();
       MathJax.texReset();
       MathJax.typesetPromise();
