@@ -64,9 +64,11 @@ LABELS = {
     "fused_rms_norm": "fused_rms_norm (this op)",
     "fused_layer_norm": "fused_layer_norm (this op)",
 }
-MEMORY_CAP_BYTES = 6 << 30  # skip a configuration whose projected peak exceeds this (shared machine)
-TIME_PER_CONFIG_S = 2.0     # repeats: as many as fit in this budget, between MIN and MAX
-MIN_REPEATS, MAX_REPEATS = 3, 10
+MEMORY_CAP_BYTES = 3 << 30  # skip a configuration whose projected peak exceeds this (shared machine)
+RSS_LIMIT_BYTES = 12 << 30     # stop outright if the process ever holds more than this
+MEMORY_MARGIN_BYTES = 6 << 30  # and one that would leave less than this much memory available to others
+TIME_PER_CONFIG_S = 3.0     # repeats: as many as fit in this budget, between MIN and MAX
+MIN_REPEATS, MAX_REPEATS = 3, 25
 
 
 # --8<-- [start:plain_rms]
@@ -132,11 +134,11 @@ class _Case:
             params = [p for p in (self.x, self.w, self.b) if p is not None]
 
             def run():
-                for p in params:
-                    p.grad = None
                 y = f(self.x, self.w, self.b)
                 y.backward(dy)
-                return y
+                for p in params:  # drop the gradients at once: seven cases must not hold seven copies
+                    p.grad = None
+                return None
         self.run = run
 
 
@@ -176,6 +178,26 @@ def validate(impl: str, dtype: torch.dtype) -> None:
         # llama order (compiled, fused): one more rounding to x's dtype before the gain
         bound = tol.rms_forward_bound(x, w, EPS, dtype) * (1 + u) + u * abs(ref)
     tol.assert_within(y, ref, bound, f"{impl} {dtype}")
+
+
+def _available_bytes() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62
+
+
+def _rss_bytes() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 def _cpu_model() -> str:
@@ -363,6 +385,7 @@ def _plot(data: dict, out_dir: Path) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # text stays text: smaller files
     import matplotlib.pyplot as plt
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -402,106 +425,155 @@ def _plot(data: dict, out_dir: Path) -> list[str]:
 
 
 def _summaries(results: list[dict]) -> dict:
-    """Per dtype and mode: the extreme ratios of the fused op to copy and to torch.compile, target checks,
-    and LayerNorm-vs-RMSNorm time reductions (fused and eager)."""
+    """Per statistic (the median, and the minimum, which a burst of load from other jobs cannot inflate),
+    mode and dtype: the extreme ratios of the fused op to copy and to torch.compile, the number of shapes
+    meeting each target, the speed-up over eager F.rms_norm, and LayerNorm-vs-RMSNorm time reductions."""
     out: dict = {}
-    for mode in MODES:
-        out[mode] = {}
-        for dname in DTYPES:
-            rows = [r for r in results if r["mode"] == mode and r["dtype"] == dname and r.get("median_s")]
-            by = {(r["rows"], r["hidden"], r["impl"]): r for r in rows}
-            shapes = sorted({(r["rows"], r["hidden"]) for r in rows})
-            fr = [by[s + ("fused_rms_norm",)] for s in shapes if s + ("fused_rms_norm",) in by]
-            rc = [r["ratio_copy"] for r in fr]
-            rk = [r["ratio_compile"] for r in fr if r.get("ratio_compile") is not None]
-            red_fused = [1 - by[s + ("fused_rms_norm",)]["median_s"] / by[s + ("fused_layer_norm",)]["median_s"]
-                         for s in shapes if s + ("fused_rms_norm",) in by and s + ("fused_layer_norm",) in by]
-            red_eager = [1 - by[s + ("F.rms_norm",)]["median_s"] / by[s + ("F.layer_norm",)]["median_s"]
-                         for s in shapes if s + ("F.rms_norm",) in by and s + ("F.layer_norm",) in by]
-            speed_eager = [by[s + ("F.rms_norm",)]["median_s"] / by[s + ("fused_rms_norm",)]["median_s"]
-                           for s in shapes if s + ("F.rms_norm",) in by and s + ("fused_rms_norm",) in by]
-            out[mode][dname] = {
-                "shapes": len(fr),
-                "fused_ratio_copy_min": min(rc) if rc else None,
-                "fused_ratio_copy_median": statistics.median(rc) if rc else None,
-                "fused_ratio_copy_max": max(rc) if rc else None,
-                "fused_ratio_compile_min": min(rk) if rk else None,
-                "fused_ratio_compile_median": statistics.median(rk) if rk else None,
-                "fused_ratio_compile_max": max(rk) if rk else None,
-                "fused_speedup_over_eager_min": min(speed_eager) if speed_eager else None,
-                "fused_speedup_over_eager_max": max(speed_eager) if speed_eager else None,
-                "copy_target_met_shapes": sum(r >= 0.9 for r in rc),
-                "compile_target_met_shapes": sum(r >= 1.0 for r in rk),
-                "ln_to_rms_time_reduction_fused_min": min(red_fused) if red_fused else None,
-                "ln_to_rms_time_reduction_fused_max": max(red_fused) if red_fused else None,
-                "ln_to_rms_time_reduction_eager_min": min(red_eager) if red_eager else None,
-                "ln_to_rms_time_reduction_eager_max": max(red_eager) if red_eager else None,
-            }
+    for stat in ("median", "min"):
+        key = f"{stat}_s"
+        out[stat] = {}
+        for mode in MODES:
+            out[stat][mode] = {}
+            for dname in DTYPES:
+                rows = [r for r in results if r["mode"] == mode and r["dtype"] == dname and r.get(key)]
+                t = {(r["rows"], r["hidden"], r["impl"]): r[key] for r in rows}
+                shapes = sorted({(r["rows"], r["hidden"]) for r in rows})
+
+                def ratios(num, den, shapes=shapes, t=t):
+                    return [t[s + (num,)] / t[s + (den,)] for s in shapes if s + (num,) in t and s + (den,) in t]
+
+                # GB/s ratio to copy = (bytes_op / t_op) / (bytes_copy / t_copy)
+                bf = {(r["rows"], r["hidden"]): r["bytes"] for r in rows if r["impl"] == "fused_rms_norm"}
+                bc = {(r["rows"], r["hidden"]): r["bytes"] for r in rows if r["impl"] == "copy"}
+                rc = [bf[s] / t[s + ("fused_rms_norm",)] / (bc[s] / t[s + ("copy",)])
+                      for s in shapes if s in bf and s in bc]
+                rk = ratios("compiled_rms_norm", "fused_rms_norm")
+                eager = ratios("F.rms_norm", "fused_rms_norm")
+                red_fused = [1 - v for v in ratios("fused_rms_norm", "fused_layer_norm")]
+                red_eager = [1 - v for v in ratios("F.rms_norm", "F.layer_norm")]
+
+                def mmm(v):
+                    return (min(v), statistics.median(v), max(v)) if v else (None, None, None)
+
+                c0, c1, c2 = mmm(rc)
+                k0, k1, k2 = mmm(rk)
+                out[stat][mode][dname] = {
+                    "shapes": len(rc),
+                    "fused_ratio_copy_min": c0, "fused_ratio_copy_median": c1, "fused_ratio_copy_max": c2,
+                    "fused_ratio_compile_min": k0, "fused_ratio_compile_median": k1, "fused_ratio_compile_max": k2,
+                    "copy_target_met_shapes": sum(r >= 0.9 for r in rc),
+                    "compile_target_met_shapes": sum(r >= 1.0 for r in rk),
+                    "fused_speedup_over_eager_min": mmm(eager)[0], "fused_speedup_over_eager_max": mmm(eager)[2],
+                    "ln_to_rms_time_reduction_fused_min": mmm(red_fused)[0],
+                    "ln_to_rms_time_reduction_fused_max": mmm(red_fused)[2],
+                    "ln_to_rms_time_reduction_eager_min": mmm(red_eager)[0],
+                    "ln_to_rms_time_reduction_eager_max": mmm(red_eager)[2],
+                }
     return out
 
 
+def _prepare_process() -> None:
+    fused.load()
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, 1024)
+
+
+def measure_config(dname: str, rows: int, d: int, mode: str, peak_per_elem: dict) -> list[dict]:
+    """Times every implementation at one (dtype, shape, mode); returns one record per implementation.
+
+    ``peak_per_elem`` maps "dtype/hidden/mode/impl" to the peak bytes per element measured at a smaller shape;
+    an implementation whose projected peak is over the cap is recorded as skipped, not run."""
+    dtype = DTYPES[dname]
+    g = torch.Generator().manual_seed(rows * 31 + d)
+    x = torch.randn(rows, d, generator=g, dtype=torch.float32).to(dtype)
+    w = (1 + 0.1 * torch.randn(d, generator=g)).to(dtype)
+    b = (0.1 * torch.randn(d, generator=g)).to(dtype)
+    dy = torch.randn(rows, d, generator=g, dtype=torch.float32).to(dtype) if mode != "forward" else None
+    cases, recs, out = [], {}, []
+    for impl in IMPLS:
+        rec = {"dtype": dname, "rows": rows, "hidden": d, "mode": mode, "impl": impl,
+               "bytes": min_bytes(rows, d, dtype, mode, impl)}
+        proj = peak_per_elem.get(f"{dname}/{d}/{mode}/{impl}")
+        need = None if proj is None else proj * rows * d
+        if need is not None and (need > MEMORY_CAP_BYTES or need > _available_bytes() - MEMORY_MARGIN_BYTES):
+            rec["skipped"] = (f"projected peak {need / 2**30:.1f} GiB exceeds the benchmark's cap of "
+                              f"{MEMORY_CAP_BYTES / 2**30:.0f} GiB or the memory left free for others")
+            out.append(rec)
+            continue
+        case = _Case(impl, mode, x, w, b, dy)
+        t0 = time.perf_counter()
+        if impl == "compiled_rms_norm":
+            case.run()  # compile outside the profiler, then profile a second call
+            rec["warmup_s"] = time.perf_counter() - t0
+            rec["peak_mib"] = peak_bytes(case.run) / 2**20
+        else:  # the warm-up call is the profiled call
+            rec["peak_mib"] = peak_bytes(case.run) / 2**20
+            rec["warmup_s"] = time.perf_counter() - t0
+        if _rss_bytes() > RSS_LIMIT_BYTES:
+            raise RuntimeError(f"the benchmark holds {_rss_bytes() / 2**30:.1f} GiB, more than its limit of "
+                               f"{RSS_LIMIT_BYTES / 2**30:.0f} GiB; stopping to protect the machine")
+        cases.append(case)
+        recs[impl] = rec
+    # repeats: as many as fit in the time budget, interleaved round-robin across implementations
+    est = sum(min(r["warmup_s"], 10.0) for r in recs.values())
+    reps = max(MIN_REPEATS, min(MAX_REPEATS, int(TIME_PER_CONFIG_S / max(est, 1e-9))))
+    times = {c.impl: [] for c in cases}
+    for _ in range(reps):
+        for c in cases:
+            t0 = time.perf_counter()
+            c.run()
+            times[c.impl].append(time.perf_counter() - t0)
+    rss = _rss_bytes()
+    for impl, rec in recs.items():
+        ts = times[impl]
+        rec.update(median_s=statistics.median(ts), min_s=min(ts), repeats=len(ts))
+        rec["gbps"] = rec["bytes"] / rec["median_s"] / 1e9
+        rec["process_rss_gib"] = round(rss / 2**30, 2)
+    copy_gbps = recs["copy"]["gbps"] if "copy" in recs else None
+    comp = recs.get("compiled_rms_norm")
+    for impl, rec in recs.items():
+        rec["ratio_copy"] = rec["gbps"] / copy_gbps if copy_gbps else None
+        rec["ratio_compile"] = comp["median_s"] / rec["median_s"] if comp else None
+        out.append(rec)
+    return sorted(out, key=lambda r: IMPLS.index(r["impl"]))
+
+
+def _worker(spec: str) -> int:
+    """One (dtype, shape, mode) in a fresh process, so the heap of one configuration never inflates the next."""
+    job = json.loads(spec)
+    _prepare_process()
+    recs = measure_config(job["dtype"], job["rows"], job["hidden"], job["mode"], job["peaks"])
+    print("RESULTS " + json.dumps(recs))
+    return 0
+
+
 def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOTS, block: bool = True) -> dict:
+    import subprocess
+
     from tqdm import tqdm
 
-    fused.load()
-    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * len(shapes) * len(dtypes))
-    torch._dynamo.config.accumulated_recompile_limit = max(torch._dynamo.config.accumulated_recompile_limit, 1024)
+    _prepare_process()
     for dname, dtype in dtypes.items():
         for impl in IMPLS:
             validate(impl, dtype)
     started = _dt.datetime.now(_dt.timezone.utc)
     results: list[dict] = []
-    configs = [(dn, s, m) for dn in dtypes for s in shapes for m in MODES]
-    peak_per_elem: dict = {}  # (dtype, hidden, mode, impl) -> peak bytes per element at a smaller shape
-    bar = tqdm(total=len(configs) * len(IMPLS), desc="bench", unit="case", file=sys.stderr)
-    for dname, (rows, d), mode in configs:
-        dtype = dtypes[dname]
-        g = torch.Generator().manual_seed(rows * 31 + d)
-        x = torch.randn(rows, d, generator=g, dtype=torch.float32).to(dtype)
-        w = (1 + 0.1 * torch.randn(d, generator=g)).to(dtype)
-        b = (0.1 * torch.randn(d, generator=g)).to(dtype)
-        dy = torch.randn(rows, d, generator=g, dtype=torch.float32).to(dtype) if mode != "forward" else None
-        cases, recs = [], {}
-        for impl in IMPLS:
-            rec = {"dtype": dname, "rows": rows, "hidden": d, "mode": mode, "impl": impl,
-                   "bytes": min_bytes(rows, d, dtype, mode, impl)}
-            key = (dname, d, mode, impl)
-            proj = peak_per_elem.get(key)
-            if proj is not None and proj * rows * d > MEMORY_CAP_BYTES:
-                rec["skipped"] = (f"projected peak {proj * rows * d / 2**30:.1f} GiB exceeds the benchmark's "
-                                  f"cap of {MEMORY_CAP_BYTES / 2**30:.0f} GiB")
-                results.append(rec)
-                bar.update(1)
-                continue
-            case = _Case(impl, mode, x, w, b, dy)
-            t0 = time.perf_counter()
-            case.run()  # warm-up (compiles torch.compile's kernel on first use of a shape)
-            rec["warmup_s"] = time.perf_counter() - t0
-            rec["peak_mib"] = peak_bytes(case.run) / 2**20
-            peak_per_elem[key] = rec["peak_mib"] * 2**20 / (rows * d)
-            cases.append(case)
-            recs[impl] = rec
-            bar.update(1)
-        # repeats: as many as fit in the time budget, interleaved round-robin across implementations
-        est = sum(min(r["warmup_s"], 10.0) for r in recs.values())
-        reps = max(MIN_REPEATS, min(MAX_REPEATS, int(TIME_PER_CONFIG_S / max(est, 1e-9))))
-        times = {c.impl: [] for c in cases}
-        for _ in range(reps):
-            for c in cases:
-                t0 = time.perf_counter()
-                c.run()
-                times[c.impl].append(time.perf_counter() - t0)
-        for impl, rec in recs.items():
-            ts = times[impl]
-            rec.update(median_s=statistics.median(ts), min_s=min(ts), repeats=len(ts))
-            rec["gbps"] = rec["bytes"] / rec["median_s"] / 1e9
-        copy_gbps = recs["copy"]["gbps"] if "copy" in recs else None
-        comp = recs.get("compiled_rms_norm")
-        for impl, rec in recs.items():
-            rec["ratio_copy"] = rec["gbps"] / copy_gbps if copy_gbps else None
-            rec["ratio_compile"] = comp["median_s"] / rec["median_s"] if comp else None
-            results.append(rec)
-        del cases, x, dy
+    peaks: dict = {}  # "dtype/hidden/mode/impl" -> peak bytes per element at a smaller shape
+    jobs = [(dn, s, m) for dn in dtypes for s in sorted(shapes) for m in MODES]
+    bar = tqdm(total=len(jobs) * len(IMPLS), desc="bench", unit="case", file=sys.stderr)
+    for dname, (rows, d), mode in jobs:
+        spec = json.dumps({"dtype": dname, "rows": rows, "hidden": d, "mode": mode, "peaks": peaks})
+        proc = subprocess.run([sys.executable, "-m", "reference_impl.bench", "--worker", spec, "--no-reexec"],
+                              capture_output=True, text=True, cwd=REPO)
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS ")]
+        if proc.returncode != 0 or not lines:
+            raise RuntimeError(f"benchmark worker for {dname} {rows}x{d} {mode} failed:\n{proc.stderr[-3000:]}")
+        recs = json.loads(lines[-1][len("RESULTS "):])
+        for rec in recs:
+            if "peak_mib" in rec:
+                peaks[f"{dname}/{d}/{rec['mode']}/{rec['impl']}"] = rec["peak_mib"] * 2**20 / (rows * d)
+        results += recs
+        bar.update(len(recs))
     bar.close()
     data = {
         "what": "CPU benchmark of RMSNorm/LayerNorm implementations (python -m reference_impl.bench)",
@@ -509,7 +581,7 @@ def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOT
         "duration_s": None,
         "machine": machine_info(),
         "sources_sha256": sources_hash(),
-        "settings": {"eps": EPS, "warmup_calls": 1, "repeats_min": MIN_REPEATS, "repeats_max": MAX_REPEATS,
+        "settings": {"eps": EPS, "process": "one fresh worker process per (dtype, shape, mode)", "warmup_calls": 1, "warmup_profiled": "all but torch.compile (profiled on a 2nd call)", "repeats_min": MIN_REPEATS, "repeats_max": MAX_REPEATS,
                      "time_per_config_s": TIME_PER_CONFIG_S, "memory_cap_gib": MEMORY_CAP_BYTES / 2**30,
                      "statistic": "median", "order": "round-robin across implementations",
                      "bytes": "forward 2*N*b, forward+backward 5*N*b, plus parameters",
@@ -535,13 +607,14 @@ def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOT
 # implementation would pay one page fault per 4 KiB of fresh output (about 2 GB/s on the machine of the
 # committed data), which hides the kernels. The command re-executes itself with these settings, which
 # keep freed memory in the heap for reuse, as a caching allocator (jemalloc, tcmalloc) does.
-MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 34), "MALLOC_TRIM_THRESHOLD_": str(1 << 34),
-              "MALLOC_TOP_PAD_": str(1 << 30)}
+MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(1 << 34), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+              "MALLOC_TOP_PAD_": str(1 << 26)}
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if any(os.environ.get(k) != v for k, v in MALLOC_ENV.items()) and "--no-reexec" not in argv:
+        # the workers inherit the settings from this process
         os.execve(sys.executable, [sys.executable, "-m", "reference_impl.bench", *argv],
                   {**os.environ, **MALLOC_ENV})
     p = argparse.ArgumentParser(prog="python -m reference_impl.bench", description=__doc__.split("\n\n")[0])
@@ -549,10 +622,13 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=OUT, help=f"data file (default {OUT.relative_to(REPO)})")
     p.add_argument("--plots", type=Path, default=PLOTS, help="folder for the SVG plots")
     p.add_argument("--no-reexec", action="store_true", help="keep the current malloc settings (see MALLOC_ENV)")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.worker:
+        return _worker(args.worker)
     data = run(QUICK_SHAPES if args.quick else SHAPES, out=args.out, plots=args.plots, block=not args.quick)
     for mode in MODES:
-        for dname, s in data["summary"][mode].items():
+        for dname, s in data["summary"]["median"][mode].items():
             print(f"{mode:17s} {dname:9s} fused/copy {s['fused_ratio_copy_min']:.2f}..{s['fused_ratio_copy_max']:.2f}"
                   f"  fused vs compile {s['fused_ratio_compile_min']:.2f}..{s['fused_ratio_compile_max']:.2f}x")
     print(f"wrote {args.out} in {data['duration_s']} s")

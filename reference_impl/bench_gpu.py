@@ -19,7 +19,8 @@ GB/s at the same shape and dtype (the forward copy for forward and forward+backw
 residual case). Only this project's kernels are validated; PyTorch's own ops are taken as they are.
 
 Writes ``docs/data/bench_gpu.json`` (device name, driver, torch and CUDA versions, date, the kernels'
-source hash) and, where matplotlib is present, SVG plots under ``docs/data/plots/cuda/``.
+source hash) and, where matplotlib is present, SVG plots under ``docs/data/plots/cuda/``. The file is
+rewritten after every case with ``"complete": false`` so that a run cut short still leaves its numbers.
 """
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "docs" / "data" / "bench_gpu.json"
 PLOTS = REPO / "docs" / "data" / "plots" / "cuda"
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
-SHAPES = [(4096, 8192), (32768, 1024), (32768, 4096), (32768, 8192), (32768, 16384)]
+# the target shape first: if the run is cut short, the partial file written after each case has it
+SHAPES = [(32768, 8192), (32768, 16384), (32768, 4096), (32768, 1024), (4096, 8192)]
 EPS = 1e-6
 FWD = ("copy", "F_rms_norm", "torch_compile", "F_layer_norm", "normlab_v1", "normlab_v2", "normlab_v3",
        "normlab_v4", "normlab_layer_norm")
@@ -47,7 +49,7 @@ RESIDUAL = ("copy_residual", "add_then_normlab_v4", "normlab_v5")
 FWD_BWD = ("F_rms_norm", "torch_compile", "F_layer_norm", "normlab_rms_norm", "normlab_layer_norm")
 BLOCK_SWEEP = (64, 128, 256, 512, 1024)
 TARGET_SHAPE = "32768x8192"
-TIME_PER_CONFIG_S = 0.25
+TIME_PER_CONFIG_S = 0.15
 MIN_REPEATS, MAX_REPEATS = 5, 100
 ROTATE_BELOW_BYTES = 512 << 20  # inputs smaller than this are rotated among several copies
 
@@ -64,6 +66,23 @@ def device_info() -> dict:
     except (OSError, subprocess.SubprocessError):
         info["driver"] = "unknown"
     return info
+
+
+_DEVICE = None
+
+
+def device_info_cached() -> dict:
+    global _DEVICE
+    if _DEVICE is None:
+        _DEVICE = device_info()
+    return _DEVICE
+
+
+def _write(out: Path, data: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n")
+    tmp.replace(out)
 
 
 def min_bytes(rows: int, d: int, dtype, mode: str, impl: str) -> int:
@@ -192,7 +211,10 @@ def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOT
     from . import cuda_build_report, cuda_ops
 
     cuda_ops.ensure_loaded()
-    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    try:  # one compiled graph per (shape, dtype, mode): let all of them compile instead of falling back
+        torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    except AttributeError:
+        pass
     results: dict = {}
     jobs = [(dn, s, m, i) for dn in dtypes for s in shapes
             for m, impls in (("forward", FWD), ("residual", RESIDUAL), ("forward_backward", FWD_BWD)) for i in impls]
@@ -215,6 +237,7 @@ def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOT
         nb = min_bytes(rows, d, dtype, "forward" if mode == "forward" else mode, impl)
         results.setdefault(dn, {}).setdefault(key, {}).setdefault(mode, {})[impl] = {
             "ms": round(ms, 5), "gbps": round(nb / ms / 1e6, 1), "bytes": nb}
+        _write(out, {"complete": False, "device": device_info_cached(), "results": results})
     cache.clear()
     for dn, by_shape in results.items():
         for key, by_mode in by_shape.items():
@@ -236,20 +259,23 @@ def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOT
     # 8200 (a multiple of 8: vectorized), 8191 (not a multiple of 8) and 8192 starting one element past a
     # 16-byte boundary (an offset view); version 4, the op behind fused_rms_norm
     vector_path = {}
-    for label, d, offset in (("d8192", 8192, 0), ("d8200", 8200, 0), ("d8191", 8191, 0), ("d8192_offset1", 8192, 1)):
+    # and a row too long for registers (65536 bf16: the streaming branch), 4096 rows of it
+    for label, n, d, offset in (("d8192", rows, 8192, 0), ("d8200", rows, 8200, 0), ("d8191", rows, 8191, 0),
+                                ("d8192_offset1", rows, 8192, 1), ("d65536_streaming", 4096, 65536, 0)):
         g = torch.Generator(device="cuda").manual_seed(5)
-        base = torch.randn(rows * d + offset, device="cuda", dtype=torch.bfloat16, generator=g)
-        x = base[offset:].view(rows, d)
+        base = torch.randn(n * d + offset, device="cuda", dtype=torch.bfloat16, generator=g)
+        x = base[offset:].view(n, d)
         w = torch.ones(d, device="cuda", dtype=torch.bfloat16)
         fn = lambda x, w, b, r: cuda_ops.rms_norm_fwd_version(x, w, EPS, 4, "llama")[0]  # noqa: E731
         ms = _time(fn, [(x, w, None, None, None)], "forward")
-        nb = min_bytes(rows, d, torch.bfloat16, "forward", "v4")
-        vector_path[label] = {"rows": rows, "d": d, "offset_elements": offset, "ms": round(ms, 5),
+        nb = min_bytes(n, d, torch.bfloat16, "forward", "v4")
+        vector_path[label] = {"rows": n, "d": d, "offset_elements": offset, "ms": round(ms, 5),
                               "gbps": round(nb / ms / 1e6, 1)}
         del base, x
     data = {
+        "complete": True,
         "what": "GPU forward and forward+backward times of RMSNorm/LayerNorm implementations; GB/s counts minimum bytes",
-        "device": device_info(),
+        "device": device_info_cached(),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "source_hash": cuda_build_report.source_hash(),
         "method": {"timing": "CUDA events per call, median", "time_per_config_s": TIME_PER_CONFIG_S,
@@ -260,8 +286,7 @@ def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOT
         "v4_vector_path_bf16": vector_path,
         "summary": summarize(results),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1) + "\n")
+    _write(out, data)
     if plots is not None:
         try:
             plot(data, plots)

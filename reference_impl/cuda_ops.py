@@ -18,7 +18,8 @@ import torch
 
 from .native import load_extension
 
-__all__ = ["ensure_loaded", "build", "rms_norm_fwd_version", "NATIVE_NAME", "SOURCES", "CUDA_FLAGS", "VERSIONS"]
+__all__ = ["ensure_loaded", "build", "rms_norm_fwd_version", "rms_forward_bound", "NATIVE_NAME", "SOURCES",
+           "CUDA_FLAGS", "VERSIONS"]
 
 NATIVE_NAME = "normlab_cuda"
 # paths relative to cuda/
@@ -114,3 +115,20 @@ def rms_norm_fwd_version(x: torch.Tensor, weight: torch.Tensor | None = None, ep
         return y, rstd
     return torch.ops.normlab.rms_norm_fwd_version(x.contiguous(), w, eps, version, CONVENTIONS[convention],
                                                   int(block_size))
+
+
+def rms_forward_bound(x: torch.Tensor, weight, eps: float, convention: str):
+    """Allowed |y - oracle| per element for the ``normlab`` RMSNorm output (any device's kernel).
+
+    :func:`reference_impl.conventions.forward_bound` with one adjustment: the op always returns x's
+    dtype, and ``llama`` rounds to x's dtype twice (``x * rstd`` before the gain, the product after it)
+    whatever the weight's dtype, so the weight is counted as x's dtype there; an fp32 weight's fp32
+    product is one more rounding in ``u_32``, already inside the policy's gamma term for the two
+    products. ``gemma`` and no weight round once. The oracle is RMSNorm of x with the effective gain
+    (``1 + w`` in float32 for gemma).
+    """
+    from .conventions import forward_bound
+
+    wd = None if weight is None else x.dtype
+    return forward_bound(x.cpu(), None if weight is None else weight.cpu(), eps, convention, x_dtype=x.dtype,
+                         w_dtype=wd)

@@ -18,7 +18,15 @@ class NativeBuildError(RuntimeError):
     """Raised when a native extension cannot be built (missing compiler, compile error, ...)."""
 
 
+def _default_cuda_home() -> None:
+    # torch.utils.cpp_extension reads CUDA_HOME once, at import; the nvcc shim on PATH would make it guess
+    # /usr/local, where linking fails. Set it before the first import, for CPU builds too.
+    if "CUDA_HOME" not in os.environ and Path("/usr/local/cuda/bin/nvcc").exists():
+        os.environ["CUDA_HOME"] = "/usr/local/cuda"
+
+
 def _require_compiler(cuda: bool) -> None:
+    _default_cuda_home()
     cxx = os.environ.get("CXX", "c++")
     if shutil.which(cxx) is None:
         raise NativeBuildError(f"no C++ compiler found (looked for {cxx!r} on PATH); install g++ to build the native ops")

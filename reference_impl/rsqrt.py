@@ -73,6 +73,24 @@ def gpu_ext(fast_math: bool = False):
                           extra_cflags=["-O3"] + variant, extra_cuda_cflags=cuda_flags, is_python_module=True)
 
 
+def gpu_rsqrt(x: torch.Tensor, method: str, fast_math: bool = False) -> torch.Tensor:
+    """Applies a device method of ``rsqrt_gpu.cu`` (``rsqrtf``, ``__frsqrt_rn``, ``1.0f/sqrtf``, ...) to a
+    float32 CUDA tensor, from the default or the ``-use_fast_math`` build."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dtype != torch.float32 or x.device.type != "cuda":
+        raise TypeError(f"x must be a float32 CUDA tensor, got {x.dtype} on {x.device}")
+    ext = gpu_ext(fast_math)
+    if method not in ext.methods():
+        raise ValueError(f"unknown GPU rsqrt method {method!r}; known: {', '.join(ext.methods())}")
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    torch.cuda.synchronize(x.device)  # the launcher uses the legacy default stream
+    with torch.cuda.device(x.device):
+        ext.apply(method, x.data_ptr(), y.data_ptr(), x.numel())
+    return y
+
+
 def methods() -> list[dict]:
     """Every CPU method: name, family, form, isa, expr, steps, seed_bound (-1: none), available."""
     return list(cpu_ext().methods())

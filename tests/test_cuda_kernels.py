@@ -48,10 +48,9 @@ def _data(shape, dtype, seed, wmode="same", scale=2.0):
 
 
 def _rms_bound(x, w, convention):
-    # llama rounds twice in x's dtype (before and after the gain), whatever the weight's dtype: count the
-    # weight as x's dtype so the policy charges both roundings (the fp32 product is in its gamma term)
-    wd = None if w is None else x.dtype
-    return conv_tol.forward_bound(x, w, EPS, convention, x_dtype=x.dtype, w_dtype=wd)
+    from reference_impl.cuda_ops import rms_forward_bound
+
+    return rms_forward_bound(x, w, EPS, convention)
 
 
 def _oracle_rms(x, w, convention):

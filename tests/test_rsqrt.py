@@ -160,7 +160,7 @@ def test_exact_comparison_against_rationals(ext, rng):
     assert ext.exact_above(4.0, 0.5) == (False, True)
 
 
-@pytest.mark.guards("rsqrt.reference")
+@pytest.mark.guards("rsqrt.reference", "snippet:rsqrt_common.reference")
 def test_reference_matches_numpy_rationals_and_mpmath(ext, rng):
     import mpmath
 
@@ -231,7 +231,7 @@ def test_rsqrtps_gives_about_12_bits_not_22(binade):
     assert -math.log2(one["max_abs_rel"]) > 21  # ~22 bits need one Newton step
 
 
-@pytest.mark.guards("C15", "rsqrt.newton")
+@pytest.mark.guards("C15", "rsqrt.newton", "snippet:rsqrt_cpu.newton_scalar", "snippet:rsqrt_cpu.avx512_rsqrt")
 @pytest.mark.parametrize("method", sorted(FORMS))
 def test_newton_steps_within_derived_bound(method, sampled, binade, names):
     seed, form, steps = FORMS[method]
@@ -243,7 +243,7 @@ def test_newton_steps_within_derived_bound(method, sampled, binade, names):
         assert g["nonfinite"] == 0 and g["max_abs_rel"] <= bound, (method, g["max_abs_rel"], bound)
 
 
-@pytest.mark.guards("C15", "rsqrt.newton")
+@pytest.mark.guards("C15", "rsqrt.newton", "snippet:rsqrt_common.bit_trick")
 def test_newton_theory_matches_measurement_for_bit_trick_seeds(binade):
     """Classic step from a seed with error e gives -e^2(3+e)/2 in exact arithmetic; measured maxima
     over all of [1, 4) agree with it to within the step's own rounding (3u)."""

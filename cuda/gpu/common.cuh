@@ -8,6 +8,14 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+// Every kernel launch goes through this macro: NORMLAB_LAUNCH(grid, block, smem, stream, kernel)(args).
+// With nvcc it is the usual triple-chevron launch; the CPU emulation of the kernels
+// (cuda/gpu/emulation/emu.h, used by tests/test_cuda_build.py) defines it first to run the same launchers
+// on host threads.
+#ifndef NORMLAB_LAUNCH
+#define NORMLAB_LAUNCH(grid, block, smem, stream, ...) __VA_ARGS__<<<grid, block, smem, stream>>>
+#endif
+
 namespace normlab {
 
 // Type codes shared with the C++ glue (ops_cuda.cpp); -1 means "no tensor".
@@ -140,7 +148,7 @@ __global__ void column_sum(O* __restrict__ out, const float* __restrict__ partia
 template <typename O>
 cudaError_t launch_column_sum(O* out, const float* partial, int blocks, int d, cudaStream_t s) {
   if (d == 0) return cudaSuccess;
-  column_sum<O><<<(d + 255) / 256, 256, 0, s>>>(out, partial, blocks, d);
+  NORMLAB_LAUNCH((d + 255) / 256, 256, 0, s, column_sum<O>)(out, partial, blocks, d);
   return cudaGetLastError();
 }
 

@@ -264,9 +264,9 @@ extern "C" int normlab_ln_fwd(int x_code, int w_code, void* y, float* mean, floa
     auto* bp = static_cast<const W*>(b);
     const unsigned grid = static_cast<unsigned>(rows);
     if (ln_vec_ok<T, W>(x, y, nullptr, w, b, d))
-      ln_fwd_kernel<T, W, V><<<grid, threads_for(d / V, kFwdItems), 0, s>>>(yp, mean, rstd, xp, wp, bp, d, eps);
+      NORMLAB_LAUNCH(grid, threads_for(d / V, kFwdItems), 0, s, ln_fwd_kernel<T, W, V>)(yp, mean, rstd, xp, wp, bp, d, eps);
     else
-      ln_fwd_kernel<T, W, 1><<<grid, threads_for(d, kFwdItems), 0, s>>>(yp, mean, rstd, xp, wp, bp, d, eps);
+      NORMLAB_LAUNCH(grid, threads_for(d, kFwdItems), 0, s, ln_fwd_kernel<T, W, 1>)(yp, mean, rstd, xp, wp, bp, d, eps);
     return cudaGetLastError();
   });
 }
@@ -313,9 +313,9 @@ extern "C" int normlab_ln_bwd(int x_code, int w_code, void* dx, void* dw, void* 
     auto* wp = static_cast<const W*>(w);
     constexpr int V = 16 / sizeof(T);
     if (ln_vec_ok<T, W>(dx, dy, x, w, nullptr, d))
-      ln_bwd_kernel<T, W, V><<<blocks, threads_for(d / V, kLnBwdItems), 0, s>>>(dxp, pw, partial_b, dyp, xp, wp, mean, rstd, rows, d);
+      NORMLAB_LAUNCH(blocks, threads_for(d / V, kLnBwdItems), 0, s, ln_bwd_kernel<T, W, V>)(dxp, pw, partial_b, dyp, xp, wp, mean, rstd, rows, d);
     else
-      ln_bwd_kernel<T, W, 1><<<blocks, threads_for(d, kLnBwdItems), 0, s>>>(dxp, pw, partial_b, dyp, xp, wp, mean, rstd, rows, d);
+      NORMLAB_LAUNCH(blocks, threads_for(d, kLnBwdItems), 0, s, ln_bwd_kernel<T, W, 1>)(dxp, pw, partial_b, dyp, xp, wp, mean, rstd, rows, d);
     e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     e = launch_column_sum<T>(static_cast<T*>(db), partial_b, blocks, d, s);

@@ -187,9 +187,9 @@ extern "C" int normlab_rms_bwd(int x_code, int w_code, void* dx, void* dw, float
     auto* wp = static_cast<const W*>(w);
     constexpr int V = 16 / sizeof(T);
     if (bwd_vec_ok<T, W>(dx, dy, x, w, d))
-      rms_bwd_kernel<T, W, V><<<blocks, threads_for(d / V, kBwdItems), 0, s>>>(dxp, part, dyp, xp, wp, rstd, rows, d, convention);
+      NORMLAB_LAUNCH(blocks, threads_for(d / V, kBwdItems), 0, s, rms_bwd_kernel<T, W, V>)(dxp, part, dyp, xp, wp, rstd, rows, d, convention);
     else
-      rms_bwd_kernel<T, W, 1><<<blocks, threads_for(d, kBwdItems), 0, s>>>(dxp, part, dyp, xp, wp, rstd, rows, d, convention);
+      NORMLAB_LAUNCH(blocks, threads_for(d, kBwdItems), 0, s, rms_bwd_kernel<T, W, 1>)(dxp, part, dyp, xp, wp, rstd, rows, d, convention);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || dw == nullptr) return e;
     return launch_column_sum<W>(static_cast<W*>(dw), part, blocks, d, s);

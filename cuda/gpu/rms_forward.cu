@@ -56,7 +56,7 @@ __device__ __forceinline__ Vec<T, VEC> normalize(const Vec<T, VEC>& a, float r, 
 // aligned (the weight to min(16, VEC * sizeof(W))); otherwise VEC = 1: the same code with scalar
 // accesses, correct for any offset view and any d. Rows longer than kMaxThreads * kFwdItems vectors
 // (e.g. 65536 bf16 or 32768 fp32) do not fit in registers: the streaming branch re-reads the row in
-// the output loop, which then mostly hits L2.
+// the output loop (a row the block read a moment ago, so the second read should mostly come from L2).
 // Version 5 (below, RESIDUAL = true) fuses the residual add: h = x + res is formed on the fly, written
 // once to h_out, normalized from registers, so the pre-norm residual stream costs one read of x and of
 // res and one write of h and of y, instead of an extra elementwise kernel's read-read-write plus a
@@ -133,9 +133,9 @@ cudaError_t launch_fwd(T* y, T* h, float* rstd, const T* x, const T* res, const 
   const int threads = threads_for(d / VEC, kFwdItems);
   const unsigned grid = static_cast<unsigned>(rows);
   if (res != nullptr)
-    rms_fwd_v45<T, W, VEC, true><<<grid, threads, 0, s>>>(y, h, rstd, x, res, w, d, eps, convention);
+    NORMLAB_LAUNCH(grid, threads, 0, s, rms_fwd_v45<T, W, VEC, true>)(y, h, rstd, x, res, w, d, eps, convention);
   else
-    rms_fwd_v45<T, W, VEC, false><<<grid, threads, 0, s>>>(y, h, rstd, x, res, w, d, eps, convention);
+    NORMLAB_LAUNCH(grid, threads, 0, s, rms_fwd_v45<T, W, VEC, false>)(y, h, rstd, x, res, w, d, eps, convention);
   return cudaGetLastError();
 }
 

@@ -48,7 +48,7 @@ __global__ void rms_fwd_v1(T* __restrict__ y, float* __restrict__ rstd, const T*
 template <typename T, typename W>
 __global__ void rms_fwd_v2(T* __restrict__ y, float* __restrict__ rstd, const T* __restrict__ x,
                            const W* __restrict__ w, int d, float eps, int convention) {
-  extern __shared__ float buf[];  // blockDim.x floats
+  __shared__ float buf[1024];  // one partial per thread (blocks of at most 1024 threads)
   const long long row = blockIdx.x;
   const int t = threadIdx.x;
   const T* xr = x + row * d;
@@ -115,16 +115,16 @@ extern "C" int normlab_rms_fwd_step(int version, int block, int x_code, int w_co
       const int b = block ? block : 128;
       const long long grid = (rows + b - 1) / b;
       if (grid > kMaxGrid) return cudaErrorInvalidValue;
-      rms_fwd_v1<T, W><<<static_cast<unsigned>(grid), b, 0, s>>>(yp, rstd, xp, wp, rows, d, eps, convention);
+      NORMLAB_LAUNCH(static_cast<unsigned>(grid), b, 0, s, rms_fwd_v1<T, W>)(yp, rstd, xp, wp, rows, d, eps, convention);
     } else if (version == 2) {
       const int b = block ? block : 256;
       if ((b & (b - 1)) != 0) return cudaErrorInvalidValue;  // the tree needs a power of two
       if (rows > kMaxGrid) return cudaErrorInvalidValue;
-      rms_fwd_v2<T, W><<<static_cast<unsigned>(rows), b, b * sizeof(float), s>>>(yp, rstd, xp, wp, d, eps, convention);
+      NORMLAB_LAUNCH(static_cast<unsigned>(rows), b, 0, s, rms_fwd_v2<T, W>)(yp, rstd, xp, wp, d, eps, convention);
     } else if (version == 3) {
       const int b = block ? block : 256;
       if (rows > kMaxGrid) return cudaErrorInvalidValue;
-      rms_fwd_v3<T, W><<<static_cast<unsigned>(rows), b, 0, s>>>(yp, rstd, xp, wp, d, eps, convention);
+      NORMLAB_LAUNCH(static_cast<unsigned>(rows), b, 0, s, rms_fwd_v3<T, W>)(yp, rstd, xp, wp, d, eps, convention);
     } else {
       return cudaErrorInvalidValue;
     }

@@ -421,6 +421,7 @@ inline void accumulate_impl(Stats& s, const float* x, const float* y, const uint
   uint8_t* __restrict rb = w.rb.data();
   uint8_t* __restrict bad = w.bad.data();
   int64_t nbad = 0, exact = 0;
+  // pass 1: distances and errors (two short loops vectorize where one long one does not)
   for (int i = 0; i < n; ++i) {
     const float yv = y[i];
     const uint32_t yb = rsq::f2u(yv);
@@ -428,21 +429,25 @@ inline void accumulate_impl(Stats& s, const float* x, const float* y, const uint
     const int64_t dd = rsq::ordered(yb) - static_cast<int64_t>(cr[i]);
     const uint64_t d = static_cast<uint64_t>(dd < 0 ? -dd : dd);
     const double diff = static_cast<double>(yv) - r[i];
-    const double rel = b ? 0.0 : diff * invr[i];
-    const double u = b ? 0.0 : std::fabs(diff) * invulp[i];
-    const uint64_t relb = rsq::d2u(rel);
-    const uint64_t arb = relb & 0x7fffffffffffffffull;
-    const bool negative = (relb >> 63) != 0;
+    const uint64_t keep = b ? 0ull : ~0ull;  // integer masks: no speculated floating-point selects
     nbad += b;
     exact += (b == 0) & (d == 0);
     bad[i] = static_cast<uint8_t>(b);
-    dist[i] = b ? 0 : d;
-    ue[i] = rsq::d2u(u);
+    dist[i] = d & keep;
+    ue[i] = rsq::d2u(std::fabs(diff) * invulp[i]) & keep;
+    pos[i] = rsq::d2u(diff * invr[i]) & keep;  // the signed relative error, for now
+  }
+  // pass 2: split the signed error, bins
+  for (int i = 0; i < n; ++i) {
+    const uint64_t relb = pos[i];
+    const uint64_t arb = relb & 0x7fffffffffffffffull;
+    const bool negative = (relb >> 63) != 0;
     arel[i] = arb;
     pos[i] = negative ? 0 : arb;
     neg[i] = negative ? arb : 0;
-    ub[i] = static_cast<uint8_t>(b ? rsq::kUlpBins - 1 : rsq::ulp_bin(d));
-    rb[i] = static_cast<uint8_t>(b ? rsq::kRelBins - 1 : rsq::rel_bin(rel));
+    // a bad element has dist = 0 and relb = 0 (bins 0), so adding bad * last bin selects the NaN/inf bin
+    ub[i] = static_cast<uint8_t>(rsq::ulp_bin(dist[i]) + bad[i] * (rsq::kUlpBins - 1));
+    rb[i] = static_cast<uint8_t>(rsq::rel_bin(rsq::u2d(relb)) + bad[i] * (rsq::kRelBins - 1));
   }
   uint64_t m_ue = 0, m_ar = 0, m_pos = 0, m_neg = 0, m_d = 0;
   for (int i = 0; i < n; ++i) {

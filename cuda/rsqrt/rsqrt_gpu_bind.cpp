@@ -1,15 +1,22 @@
-// Torch/pybind glue for the GPU sweep in rsqrt_gpu.cu (kept out of the .cu so nvcc never parses torch).
-#include <torch/extension.h>
+// Python glue for the GPU sweep in rsqrt_gpu.cu. Plain pybind11, no torch headers, so that it compiles in
+// seconds on the lent GPU machine; tensors stay on the Python side (reference_impl/rsqrt.py passes device
+// pointers), and the .cu never sees a C++ library header either.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstring>
+#include <stdexcept>
 #include <string>
+#include <vector>
+
+namespace py = pybind11;
 
 #include "rsqrt_gpu_api.h"
 
 namespace {
 
 void check(int err, const char* what) {
-  TORCH_CHECK(err == 0, what, " failed: ", RSQ_FN(rsqrt_gpu_error_string)(err));
+  if (err != 0) throw std::runtime_error(std::string(what) + " failed: " + RSQ_FN(rsqrt_gpu_error_string)(err));
 }
 
 int method_id(const std::string& name) {
@@ -19,8 +26,7 @@ int method_id(const std::string& name) {
     if (name == RSQ_FN(rsqrt_gpu_method_name)(m)) return m;
     known += std::string(" ") + RSQ_FN(rsqrt_gpu_method_name)(m);
   }
-  TORCH_CHECK_VALUE(false, "unknown GPU rsqrt method '", name, "'; known:", known);
-  return -1;
+  throw py::value_error("unknown GPU rsqrt method '" + name + "'; known:" + known);
 }
 
 double as_double(unsigned long long u) {
@@ -43,8 +49,8 @@ py::list methods() {
 
 // Statistics in the same layout as the CPU sweep's per-group dict (see reference_impl/rsqrt.py).
 py::dict sweep(const std::string& name, uint64_t lo, uint64_t hi, uint64_t stride) {
-  TORCH_CHECK_VALUE(lo >= 1 && hi <= 0x7f800000ull && lo < hi && stride >= 1,
-                    "sweep range must lie in [1, 0x7f800000) with stride >= 1");
+  if (!(lo >= 1 && hi <= 0x7f800000ull && lo < hi && stride >= 1))
+    throw py::value_error("sweep range must lie in [1, 0x7f800000) with stride >= 1");
   const int m = method_id(name);
   const uint64_t total = (hi - lo + stride - 1) / stride;
   unsigned long long v[RSQ_GPU_SWEEP_VALUES] = {};
@@ -75,14 +81,12 @@ py::dict sweep(const std::string& name, uint64_t lo, uint64_t hi, uint64_t strid
   return d;
 }
 
-torch::Tensor apply(const std::string& name, const torch::Tensor& x_in) {
+// y[i] = method(x[i]) for i < n; x and y are device addresses of float32 buffers (tensor.data_ptr()).
+void apply(const std::string& name, uintptr_t x, uintptr_t y, int64_t n) {
   const int m = method_id(name);
-  TORCH_CHECK_TYPE(x_in.scalar_type() == torch::kFloat32, "x must be float32, got ", x_in.scalar_type());
-  TORCH_CHECK_VALUE(x_in.is_cuda(), "x must be a CUDA tensor, got ", x_in.device());
-  auto x = x_in.contiguous();
-  auto y = torch::empty_like(x);
-  check(RSQ_FN(rsqrt_gpu_apply)(m, x.data_ptr<float>(), y.data_ptr<float>(), x.numel()), "rsqrt_gpu_apply");
-  return y;
+  if (n < 0) throw py::value_error("n must be >= 0");
+  py::gil_scoped_release release;
+  check(RSQ_FN(rsqrt_gpu_apply)(m, reinterpret_cast<const float*>(x), reinterpret_cast<float*>(y), n), "rsqrt_gpu_apply");
 }
 
 }  // namespace
@@ -92,5 +96,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("methods", &methods);
   m.def("fast_math", [] { return RSQ_FN(rsqrt_gpu_fast_math)() != 0; });
   m.def("sweep", &sweep, py::arg("name"), py::arg("lo"), py::arg("hi"), py::arg("stride") = 1);
-  m.def("apply", &apply);
+  m.def("apply", &apply, py::arg("name"), py::arg("x_ptr"), py::arg("y_ptr"), py::arg("n"));
 }
