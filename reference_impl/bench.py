@@ -67,7 +67,7 @@ LABELS = {
 MEMORY_CAP_BYTES = 3 << 30  # skip a configuration whose projected peak exceeds this (shared machine)
 RSS_LIMIT_BYTES = 12 << 30     # stop outright if the process ever holds more than this
 MEMORY_MARGIN_BYTES = 6 << 30  # and one that would leave less than this much memory available to others
-TIME_PER_CONFIG_S = 3.0     # repeats: as many as fit in this budget, between MIN and MAX
+TIME_PER_CONFIG_S = 4.0     # repeats: as many as fit in this budget, between MIN and MAX
 MIN_REPEATS, MAX_REPEATS = 3, 25
 
 
@@ -332,7 +332,7 @@ class _Block(torch.nn.Module):
 BLOCK = {"batch": 1, "tokens": 1024, "hidden": 1024, "heads": 16, "ffn": 2816}
 
 
-def block_share(repeats: int = 5) -> dict:
+def block_share(repeats: int = 7) -> dict:
     """Times the block with each norm and with the norms removed; share = (t - t_without) / t."""
     norms = {  # keys without dots: the page's data() macro reads them as a dotted path
         "eager_rms_norm": lambda x, w: F.rms_norm(x, (x.shape[-1],), w, EPS),
@@ -465,8 +465,10 @@ def _summaries(results: list[dict]) -> dict:
                     "compile_target_met_shapes": sum(r >= 1.0 for r in rk),
                     "fused_speedup_over_eager_min": mmm(eager)[0], "fused_speedup_over_eager_max": mmm(eager)[2],
                     "ln_to_rms_time_reduction_fused_min": mmm(red_fused)[0],
+                    "ln_to_rms_time_reduction_fused_median": mmm(red_fused)[1],
                     "ln_to_rms_time_reduction_fused_max": mmm(red_fused)[2],
                     "ln_to_rms_time_reduction_eager_min": mmm(red_eager)[0],
+                    "ln_to_rms_time_reduction_eager_median": mmm(red_eager)[1],
                     "ln_to_rms_time_reduction_eager_max": mmm(red_eager)[2],
                 }
     return out
@@ -504,18 +506,17 @@ def measure_config(dname: str, rows: int, d: int, mode: str, peak_per_elem: dict
         t0 = time.perf_counter()
         if impl == "compiled_rms_norm":
             case.run()  # compile outside the profiler, then profile a second call
-            rec["warmup_s"] = time.perf_counter() - t0
-            rec["peak_mib"] = peak_bytes(case.run) / 2**20
-        else:  # the warm-up call is the profiled call
-            rec["peak_mib"] = peak_bytes(case.run) / 2**20
-            rec["warmup_s"] = time.perf_counter() - t0
+        rec["warmup_s"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        rec["peak_mib"] = peak_bytes(case.run) / 2**20  # the profiled call (the warm-up for the others)
+        rec["profiled_call_s"] = time.perf_counter() - t0
         if _rss_bytes() > RSS_LIMIT_BYTES:
             raise RuntimeError(f"the benchmark holds {_rss_bytes() / 2**30:.1f} GiB, more than its limit of "
                                f"{RSS_LIMIT_BYTES / 2**30:.0f} GiB; stopping to protect the machine")
         cases.append(case)
         recs[impl] = rec
     # repeats: as many as fit in the time budget, interleaved round-robin across implementations
-    est = sum(min(r["warmup_s"], 10.0) for r in recs.values())
+    est = sum(r["profiled_call_s"] for r in recs.values())  # one round, compile time excluded
     reps = max(MIN_REPEATS, min(MAX_REPEATS, int(TIME_PER_CONFIG_S / max(est, 1e-9))))
     times = {c.impl: [] for c in cases}
     for _ in range(reps):

@@ -433,3 +433,14 @@ def test_committed_data_is_exhaustive_current_and_within_documented_bounds():
     rt = d["rmsnorm_time"]
     if rt["available"]:
         assert 0 <= rt["max_scalar_rsqrt_share_d1024_up"] < 0.10
+
+
+@pytest.mark.guards("rsqrt.reference")
+def test_float_to_double_from_bits_is_exact(ext, rng):
+    """The sweep (CPU and GPU) widens x from its bits, so that flush-to-zero modes cannot touch it."""
+    bits = np.concatenate([rng.integers(0, 2**32, 50000, dtype=np.uint64), [0, 1, 0x007FFFFF, 0x00800000, 0x80000001,
+                                                                            0x7F7FFFFF, 0x7F800000, 0xFF800000]])
+    bits = bits.astype(np.uint32)
+    got = np.array(ext.f32_bits_to_f64(bits.tolist()))
+    want = bits.view(np.float32).astype(np.float64)
+    assert np.array_equal(got, want, equal_nan=True)

@@ -55,6 +55,19 @@ RSQ_HD double u2d(uint64_t u) {
 #endif
 }
 
+// The float with bits b as a double, built from the bits: exact, and immune to flush-to-zero modes
+// (under nvcc -use_fast_math a float-to-double conversion may flush a subnormal input to zero).
+RSQ_HD double f32_bits_to_f64(uint32_t b) {
+  const uint32_t e = (b >> 23) & 0xffu, m = b & 0x7fffffu;
+  const uint64_t sign = static_cast<uint64_t>(b >> 31) << 63;
+  if (e == 0) {  // zero or subnormal: m * 2^-149, an exact integer conversion and power-of-two scaling
+    const double v = static_cast<double>(m) * 0x1p-149;
+    return (b >> 31) ? -v : v;
+  }
+  if (e == 0xffu) return u2d(sign | 0x7ff0000000000000ull | (static_cast<uint64_t>(m) << 29));
+  return u2d(sign | (static_cast<uint64_t>(e - 127u + 1023u) << 52) | (static_cast<uint64_t>(m) << 29));
+}
+
 // Products that the compiler must not fuse into an FMA (nvcc fuses a*b+c by default; the host build
 // passes -ffp-contract=off), so the bit trick rounds identically on CPU and GPU.
 RSQ_HD float mul_rn(float a, float b) {

@@ -565,7 +565,7 @@ void sweep_worker(const std::vector<const Method*>& ms, uint64_t lo, uint64_t st
       x[i] = rsq::u2f(bits);
       if (bits < 0x00800000u) nsub = i + 1;
       if (bits < 0x01000000u) nlow = i + 1;
-      r[i] = 1.0 / std::sqrt(static_cast<double>(x[i]));
+      r[i] = 1.0 / std::sqrt(rsq::f32_bits_to_f64(bits));
       invr[i] = 1.0 / r[i];
       invulp[i] = rsq::inv_ulp_of(r[i]);
       int a = 0, c = 0, t = 0;
@@ -845,6 +845,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("reference", &reference, "correctly rounded 1/sqrt(x) for float32 (IEEE special values elsewhere)");
   m.def("sweep", &sweep, py::arg("names"), py::arg("lo"), py::arg("hi"), py::arg("stride") = 1, py::arg("threads") = 0);
   m.def("profile", &profile);
+  m.def("f32_bits_to_f64", [](const std::vector<uint32_t>& bits) {
+    std::vector<double> out(bits.size());
+    for (size_t i = 0; i < bits.size(); ++i) out[i] = rsq::f32_bits_to_f64(bits[i]);
+    return out;
+  }, "the float with the given bits, widened to double from the bits (used by the sweeps)");
   m.def("exact_above", [](float x, double m) {
     int tie = 0;
     const bool above = rsq::rsqrt_above(x, m, &tie);

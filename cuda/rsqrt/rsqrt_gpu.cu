@@ -62,7 +62,7 @@ __global__ void sweep_kernel(int method, uint64_t lo, uint64_t stride, uint64_t 
   for (uint64_t i = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += step) {
     const uint32_t xb = static_cast<uint32_t>(lo + i * stride);
     const float x = rsq::u2f(xb);
-    const double r = 1.0 / sqrt(static_cast<double>(x));
+    const double r = 1.0 / sqrt(rsq::f32_bits_to_f64(xb));  // not (double)x: -ftz could flush it
     int a = 0, c = 0, t = 0;
     const uint32_t cr = rsq::rsqrt_cr_bits(x, r, &a, &c, &t);
     amb += a;
@@ -79,7 +79,7 @@ __global__ void sweep_kernel(int method, uint64_t lo, uint64_t stride, uint64_t 
     }
     const int64_t dd = rsq::ordered(yb) - static_cast<int64_t>(cr);
     const unsigned long long d = static_cast<unsigned long long>(dd < 0 ? -dd : dd);
-    const double diff = static_cast<double>(y) - r;
+    const double diff = rsq::f32_bits_to_f64(yb) - r;
     const double rel = diff / r;
     const double arel = fabs(rel);
     const double ue = fabs(diff) * rsq::inv_ulp_of(r);
