@@ -5,7 +5,7 @@
 #   3. run the rsqrt GPU sweep (entry point owned by reference_impl.rsqrt_study, if present),
 #   4. benchmark forward and forward+backward (reference_impl.bench_gpu) -> docs/data/bench_gpu.json.
 # Everything is logged; with $OUT set (the device tool's output folder) the logs and data files are
-# copied there (at most 8 files). Each step has its own time limit (110 + 200 + 60 + 200 s at most, under
+# copied there (at most 8 files). Each step has its own time limit (110 + 150 + 150 + 170 s at most, under
 # the device tool's 600 s per command); a step past its limit gets SIGINT, so pytest still writes its
 # results file and the benchmark keeps the cases it finished. A failed step does not stop the next.
 # Back on the development machine: copy bench_gpu.json (and rsqrt_gpu.json) into docs/data/, render the
@@ -47,8 +47,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 step build 110 "$LOG" "$PY" -c 'from reference_impl import cuda_ops; cuda_ops.ensure_loaded(); print("normlab CUDA library loaded")'
 
 MARK=$(mktemp)
-step gpu-tests 200 "$LOG" "$PY" -m pytest -q -p no:cacheprovider \
-  -k "not emulated" tests/test_cuda_kernels.py tests/test_cuda_build.py  # the CPU emulation ran in make test
+step gpu-tests 150 "$LOG" "$PY" -m pytest -q -p no:cacheprovider \
+  -k "not emulated" tests/test_cuda_kernels.py tests/test_cuda_build.py \
+  tests/test_rsqrt_cuda_compiles.py::test_gpu_sweep_on_device  # the CPU emulation ran in make test
 if [ -n "$(find build/test-results.json -newer "$MARK" 2>/dev/null)" ]; then
   cp build/test-results.json "$OUT/gpu_test_results.json"
 else
@@ -58,13 +59,13 @@ grep -E "passed|failed|error" "$LOG" | tail -3 >>"$SUMMARY"
 
 # rsqrt GPU sweep: owned by the rsqrt study (issue 5). Runs its GPU mode when the module offers one.
 if [ -f reference_impl/rsqrt_study.py ] && "$PY" -m reference_impl.rsqrt_study --help 2>/dev/null | grep -q -- "--gpu"; then
-  step rsqrt-gpu-sweep 60 "$OUT/rsqrt.log" "$PY" -m reference_impl.rsqrt_study --gpu
+  step rsqrt-gpu-sweep 150 "$OUT/rsqrt.log" "$PY" -m reference_impl.rsqrt_study --gpu
   for f in docs/data/rsqrt_gpu*.json; do [ -f "$f" ] && cp "$f" "$OUT/"; done
 else
   note "RSQRT GPU SWEEP NOT RUN: no 'python -m reference_impl.rsqrt_study --gpu' entry point in this checkout"
 fi
 
-step bench 200 "$OUT/bench.log" "$PY" -m reference_impl.bench_gpu --out docs/data/bench_gpu.json
+step bench 170 "$OUT/bench.log" "$PY" -m reference_impl.bench_gpu --out docs/data/bench_gpu.json
 cp docs/data/bench_gpu.json "$OUT/" 2>/dev/null || note "no docs/data/bench_gpu.json written"
 tail -30 "$OUT/bench.log" | grep -v "bench_gpu:" >>"$SUMMARY" 2>/dev/null
 note "done; files in $OUT"
