@@ -9,10 +9,8 @@ policy of :mod:`reference_impl.tolerances` plus the extra roundings of each conv
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -478,3 +476,21 @@ def test_committed_benchmark_data_is_well_formed():
         share = blk[mode]["norm_share"]
         assert set(share) == {"eager_rms_norm", "fused_rms_norm", "eager_layer_norm", "fused_layer_norm"}
         assert all(-1 < v < 1 for v in share.values())
+
+
+@pytest.mark.guards("fused.bench_reading", "C04")
+def test_performance_page_statements_hold_in_the_data():
+    """The Performance page's sentences that are not numbers: each must hold in the committed data."""
+    data = _bench_data()
+    for stat in ("median", "min"):
+        for dtype in ("float32", "bfloat16"):
+            fb = data["summary"][stat]["forward_backward"][dtype]
+            # "forward+backward: the fused op is faster than torch.compile at every shape for both dtypes"
+            assert fb["compile_target_met_shapes"] == fb["shapes"], (stat, dtype)
+            # "Eager F.rms_norm ... is the slowest line": the fused op beats it everywhere
+            assert data["summary"][stat]["forward"][dtype]["fused_speedup_over_eager_min"] > 1
+        # "bfloat16 forward: the copy target is missed at most shapes"
+        bf = data["summary"][stat]["forward"]["bfloat16"]
+        assert bf["copy_target_met_shapes"] < bf["shapes"] / 2
+        # eager: "negative: F.rms_norm is the slower one"
+        assert data["summary"][stat]["forward"]["float32"]["ln_to_rms_time_reduction_eager_max"] < 0
