@@ -28,6 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .machine import cpu_model
+
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "docs" / "data" / "advice.json"
 FP16 = torch.finfo(torch.float16)
@@ -192,16 +194,6 @@ def measure() -> dict:
     }
 
 
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def source_hash() -> str:
     return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
@@ -215,7 +207,7 @@ def main(argv=None) -> int:
     steps.update(1)
     steps.close()
     payload = {
-        "machine": {"cpu": _cpu(), "cores": os.cpu_count()},
+        "machine": {"cpu": cpu_model(), "cores": os.cpu_count()},
         "versions": {"python": platform.python_version(), "torch": torch.__version__,
                      "numpy": np.__version__, "transformers": transformers.__version__},
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from . import fused, oracle
 from . import tolerances as tol
-from .reference import layer_norm as ref_layer_norm
+from .machine import cpu_model
 from .reference import rms_norm as ref_rms_norm
 
 REPO = Path(__file__).resolve().parent.parent
@@ -200,16 +200,6 @@ def _rss_bytes() -> int:
     return 0
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def _cpu_flags() -> list[str]:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -231,7 +221,7 @@ def machine_info() -> dict:
     except OSError:
         pass
     return {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cores": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "memory_gib": mem,

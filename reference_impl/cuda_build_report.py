@@ -14,13 +14,13 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import platform
 import re
 import subprocess
 import tempfile
 from pathlib import Path
 
 from .cuda_ops import GENCODE, KERNEL_SOURCES
+from .machine import basic_info
 from .native import REPO, SOURCES
 
 OUT = REPO / "docs" / "data" / "cuda_resources.json"
@@ -124,15 +124,7 @@ def ptx_counts(src: Path, tmp: Path) -> dict[str, dict]:
 
 
 def machine() -> dict:
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version()}
+    return basic_info()
 
 
 def run(out: Path = OUT) -> dict:

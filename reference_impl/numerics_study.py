@@ -22,8 +22,6 @@ import hashlib
 import importlib
 import json
 import math
-import os
-import platform
 import warnings
 from pathlib import Path
 
@@ -33,6 +31,7 @@ from tqdm import tqdm
 
 from . import conventions as cv
 from . import tolerances as tol
+from .machine import basic_info
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "docs" / "data" / "numerics.json"
@@ -43,17 +42,9 @@ HALF = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def machine() -> dict:
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     import transformers
 
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+    return {**basic_info(), "torch": torch.__version__,
             "transformers": transformers.__version__, "numpy": np.__version__}
 
 

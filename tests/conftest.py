@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from reference_impl.machine import cpu_model
+
 REPO = Path(__file__).resolve().parent.parent
 BUILD = REPO / "build"
 CORE_FILE = "test-results.json"
@@ -38,16 +40,6 @@ def _git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 @pytest.hookimpl(trylast=True)
@@ -133,7 +125,7 @@ def pytest_sessionfinish(session, exitstatus):
         "commit": _git("rev-parse", "--short", "HEAD"),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "machine": {
-            "cpu": _cpu_model(),
+            "cpu": cpu_model(),
             "cores": os.cpu_count(),
             "python": platform.python_version(),
             "torch": torch.__version__,
