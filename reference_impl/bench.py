@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "docs" / "data"
 OUT = DATA / "bench_cpu.json"
 PLOTS = DATA / "plots"
-SOURCES = ("cuda/ops.cpp", "cuda/cpu/cpu_common.h", "cuda/cpu/simd.h", "cuda/cpu/foreach_isa.h", "cuda/cpu/rms_norm_cpu.cpp",
+SOURCES = ("cuda/ops.cpp", "cuda/cpu/cpu_common.h", "cuda/cpu/simd.h", "cuda/cpu/rms_norm_cpu.cpp",
            "cuda/cpu/layer_norm_cpu.cpp", "reference_impl/fused.py", "reference_impl/bench.py")
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}

@@ -41,9 +41,43 @@ struct LnBwdArgs {
 
 }  // namespace normlab_cpu
 
-#define NL_KERNEL_FILE "layer_norm_cpu.cpp"
-#include "foreach_isa.h"
-#undef NL_KERNEL_FILE
+#define NL_KERNEL_BODY
+#define NL_ISA 512
+#define NL_BF16_NATIVE 1
+namespace normlab_cpu::isa512bf16 {
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")
+#include "simd.h"
+#include "layer_norm_cpu.cpp"
+#pragma GCC pop_options
+}  // namespace normlab_cpu::isa512bf16
+#undef NL_BF16_NATIVE
+#define NL_BF16_NATIVE 0
+namespace normlab_cpu::isa512 {
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
+#include "simd.h"
+#include "layer_norm_cpu.cpp"
+#pragma GCC pop_options
+}  // namespace normlab_cpu::isa512
+#undef NL_BF16_NATIVE
+#undef NL_ISA
+#define NL_ISA 256
+namespace normlab_cpu::isa256 {
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#include "simd.h"
+#include "layer_norm_cpu.cpp"
+#pragma GCC pop_options
+}  // namespace normlab_cpu::isa256
+#undef NL_ISA
+#define NL_ISA 0
+namespace normlab_cpu::isa0 {
+#include "simd.h"
+#include "layer_norm_cpu.cpp"
+}  // namespace normlab_cpu::isa0
+#undef NL_ISA
+#undef NL_KERNEL_BODY
 
 namespace normlab_cpu {
 namespace {

@@ -10,9 +10,8 @@
 // Backward, per row: pass 1 a = sum g*h with g = dy * weight_eff; pass 2 dx = rstd * (g - xhat * m) with
 // xhat = h * rstd, m = a * rstd / d, and the row's dy * xhat added to its block's dweight partial.
 //
-// The kernel text between `#else` and the last `#endif` is compiled once per instruction set (AVX-512 with
-// and without BF16, AVX2, scalar) by foreach_isa.h, which includes this file from itself; cpu_common.h
-// chooses one build at run time.
+// The kernel text between `#else` and the last `#endif` is compiled three times (AVX-512, AVX2, scalar) by
+// including this file from itself inside `#pragma GCC target` regions; cpu_common.h chooses one at run time.
 // Inputs must be contiguous and x, weight, residual of dtype float32, bfloat16 or float16 (weight may be
 // float32 with 16-bit x). Rows run in parallel with at::parallel_for.
 #ifndef NL_KERNEL_BODY
@@ -48,9 +47,45 @@ struct RmsBwdArgs {
 
 }  // namespace normlab_cpu
 
-#define NL_KERNEL_FILE "rms_norm_cpu.cpp"
-#include "foreach_isa.h"
-#undef NL_KERNEL_FILE
+// --8<-- [start:foreach_isa]
+#define NL_KERNEL_BODY
+#define NL_ISA 512
+#define NL_BF16_NATIVE 1
+namespace normlab_cpu::isa512bf16 {
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")
+#include "simd.h"
+#include "rms_norm_cpu.cpp"
+#pragma GCC pop_options
+}  // namespace normlab_cpu::isa512bf16
+#undef NL_BF16_NATIVE
+#define NL_BF16_NATIVE 0
+namespace normlab_cpu::isa512 {
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
+#include "simd.h"
+#include "rms_norm_cpu.cpp"
+#pragma GCC pop_options
+}  // namespace normlab_cpu::isa512
+#undef NL_BF16_NATIVE
+#undef NL_ISA
+#define NL_ISA 256
+namespace normlab_cpu::isa256 {
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#include "simd.h"
+#include "rms_norm_cpu.cpp"
+#pragma GCC pop_options
+}  // namespace normlab_cpu::isa256
+#undef NL_ISA
+#define NL_ISA 0
+namespace normlab_cpu::isa0 {
+#include "simd.h"
+#include "rms_norm_cpu.cpp"
+}  // namespace normlab_cpu::isa0
+#undef NL_ISA
+#undef NL_KERNEL_BODY
+// --8<-- [end:foreach_isa]
 
 namespace normlab_cpu {
 namespace {
