@@ -1,12 +1,44 @@
 """Reference LayerNorm and RMSNorm.
 
+Core math (data flows one way: oracle and symbolic -> reference -> conventions -> variants):
+
 - :mod:`reference_impl.oracle`: float64 NumPy oracle (forward and backward).
-- :mod:`reference_impl.reference`: PyTorch reference with an explicit backward and an ``autograd.Function``;
-  ``rms_norm(..., convention=...)`` covers the model families of :mod:`reference_impl.conventions`.
+- :mod:`reference_impl.reference`: PyTorch reference with an explicit backward and an ``autograd.Function``.
+- :mod:`reference_impl.conventions`: the casting orders of model families; :mod:`reference_impl.families`
+  says which family uses which; :mod:`reference_impl.variants`: pRMSNorm, grouped, fused residual, QK-norm.
 - :mod:`reference_impl.tolerances`: the tolerance policy every comparison test uses.
-- :mod:`reference_impl.fused`: the native fused ops (built on first call, never at import).
+- :mod:`reference_impl.symbolic`: the SymPy registry of every formula on the site.
+
+Native ops live in :mod:`reference_impl.ops` (``fused_rms_norm`` and ``fused_layer_norm`` are re-exported
+here, imported on first use); measuring commands in :mod:`reference_impl.studies`.
 """
-from .fused import fused_layer_norm, fused_rms_norm
-from .reference import layer_norm, layer_norm_backward, rms_norm, rms_norm_backward
+from __future__ import annotations
+
+from . import conventions as _conventions
+from . import reference as _reference
+from .reference import layer_norm, layer_norm_backward, rms_norm_backward
 
 __all__ = ["rms_norm", "layer_norm", "rms_norm_backward", "layer_norm_backward", "fused_rms_norm", "fused_layer_norm"]
+
+
+def rms_norm(x, weight=None, eps: float = 1e-6, convention: str | None = None, eps_placement: str = "inside"):
+    """RMSNorm over the last dimension: ``x * rsqrt(mean(x**2, -1) + eps) * weight``.
+
+    With ``convention=None`` and eps inside the root this is :func:`reference_impl.reference.rms_norm`
+    (statistics and gain in float32, float64 for float64 input, one cast at the end). A model family's
+    casting order (``"llama"``, ``"gemma"``, ``"t5"``, ``"olmo2"``, ``"torch"``, ``"reference"``) or
+    ``eps_placement="outside"`` (``x / (sqrt(ms) + eps)``) goes to :func:`reference_impl.conventions.rms_norm`.
+    Shapes, dtypes and errors as those functions say.
+    """
+    if convention is None and eps_placement == "inside":
+        return _reference.rms_norm(x, weight, eps)
+    return _conventions.rms_norm(x, weight, eps, convention=convention or "reference", eps_placement=eps_placement)
+
+
+def __getattr__(name):
+    # the native ops import their library on first use, so `import reference_impl` needs no compiler
+    if name in ("fused_rms_norm", "fused_layer_norm"):
+        from . import ops
+
+        return getattr(ops, name)
+    raise AttributeError(f"module 'reference_impl' has no attribute {name!r}")

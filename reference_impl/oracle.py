@@ -77,3 +77,35 @@ def layer_norm_backward(dy, x, weight=None, bias=None, eps=1e-5):
     db = None if bias is None else dy.reshape(_rows(x), d).sum(axis=0)
     return dx, dw, db
 # --8<-- [end:ln_backward]
+
+
+# ----------------------------------------------------------------------------------------------------
+# RMSNorm with eps inside or outside the root (the functions above put it inside)
+# ----------------------------------------------------------------------------------------------------
+
+def rms_norm_forward_placed(x, weight=None, eps=1e-6, eps_placement="inside"):
+    """float64 NumPy RMSNorm with eps inside (``x / sqrt(ms + eps)``) or outside (``x / (sqrt(ms) + eps)``)."""
+    x = np.asarray(x, dtype=np.float64)
+    ms = np.mean(x * x, axis=-1, keepdims=True)
+    r = 1.0 / np.sqrt(ms + eps) if eps_placement == "inside" else 1.0 / (np.sqrt(ms) + eps)
+    y = x * r
+    return y if weight is None else y * np.asarray(weight, dtype=np.float64)
+
+
+def rms_norm_backward_placed(dy, x, weight=None, eps=1e-6, eps_placement="inside"):
+    """float64 gradient of :func:`rms_norm_forward_placed`: returns (dx, dweight)."""
+    dy, x = np.asarray(dy, np.float64), np.asarray(x, np.float64)
+    d = x.shape[-1]
+    ms = np.mean(x * x, -1, keepdims=True)
+    s = np.sqrt(ms)
+    r = 1.0 / np.sqrt(ms + eps) if eps_placement == "inside" else 1.0 / (s + eps)
+    xhat = x * r
+    g = dy if weight is None else dy * np.asarray(weight, np.float64)
+    m = np.mean(g * xhat, -1, keepdims=True)
+    if eps_placement == "inside":
+        dx = r * (g - xhat * m)
+    else:
+        with np.errstate(invalid="ignore", divide="ignore"):
+            dx = r * (g - np.where(s > 0, x / np.where(s > 0, s, 1.0), 0.0) * m)
+    dw = None if weight is None else (dy * xhat).reshape(-1, d).sum(0)
+    return dx, dw

@@ -27,7 +27,7 @@ def _rows(x):
 
 
 # --8<-- [start:rms_forward]
-def _rms_forward(x, weight, eps):
+def rms_forward(x, weight, eps):
     cd = compute_dtype(x)
     xf = x.to(cd)
     rstd = torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)  # one statistic per row, kept for backward
@@ -39,7 +39,7 @@ def _rms_forward(x, weight, eps):
 
 
 # --8<-- [start:rms_backward]
-def _rms_backward(dy, x, weight, rstd):
+def rms_backward(dy, x, weight, rstd):
     cd = rstd.dtype
     xhat = x.to(cd) * rstd
     g = dy.to(cd) if weight is None else dy.to(cd) * weight.to(cd)
@@ -53,7 +53,7 @@ def _rms_backward(dy, x, weight, rstd):
 
 
 # --8<-- [start:ln_forward]
-def _ln_forward(x, weight, bias, eps):
+def ln_forward(x, weight, bias, eps):
     cd = compute_dtype(x)
     xf = x.to(cd)
     xc = xf - xf.mean(dim=-1, keepdim=True)
@@ -68,7 +68,7 @@ def _ln_forward(x, weight, bias, eps):
 
 
 # --8<-- [start:ln_backward]
-def _ln_backward(dy, x, weight, bias, rstd):
+def ln_backward(dy, x, weight, bias, rstd):
     cd = rstd.dtype
     xf = x.to(cd)
     xhat = (xf - xf.mean(dim=-1, keepdim=True)) * rstd
@@ -87,14 +87,14 @@ class RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, eps):
-        y, rstd = _rms_forward(x, weight, eps)
+        y, rstd = rms_forward(x, weight, eps)
         ctx.save_for_backward(x, weight, rstd)
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, rstd = ctx.saved_tensors
-        dx, dw = _rms_backward(dy, x, weight, rstd)
+        dx, dw = rms_backward(dy, x, weight, rstd)
         return (dx if ctx.needs_input_grad[0] else None), (dw if ctx.needs_input_grad[1] else None), None
 
 
@@ -103,14 +103,14 @@ class LayerNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
-        y, rstd = _ln_forward(x, weight, bias, eps)
+        y, rstd = ln_forward(x, weight, bias, eps)
         ctx.save_for_backward(x, weight, bias, rstd)
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, bias, rstd = ctx.saved_tensors
-        dx, dw, db = _ln_backward(dy, x, weight, bias, rstd)
+        dx, dw, db = ln_backward(dy, x, weight, bias, rstd)
         need = ctx.needs_input_grad
         return (dx if need[0] else None), (dw if need[1] else None), (db if need[2] else None), None
 
@@ -119,8 +119,6 @@ def rms_norm(
     x: torch.Tensor,
     weight: torch.Tensor | None = None,
     eps: float = 1e-6,
-    convention: str | None = None,
-    eps_placement: str = "inside",
 ) -> torch.Tensor:
     """RMSNorm over the last dimension: ``x * rsqrt(mean(x**2, -1) + eps) * weight``.
 
@@ -128,10 +126,6 @@ def rms_norm(
         x: ``(..., d)`` tensor of dtype float16, bfloat16, float32 or float64.
         weight: gain of shape ``(d,)``, or ``None`` for no gain.
         eps: non-negative number added to the mean square inside the square root.
-        convention: ``None`` for this core behaviour, or a model family's casting order
-            (``"llama"``, ``"gemma"``, ``"t5"``, ``"olmo2"``, ``"torch"``, ``"reference"``): see
-            :mod:`reference_impl.conventions`, which handles every call with a convention.
-        eps_placement: ``"inside"`` the root (default) or ``"outside"``: ``x / (sqrt(ms) + eps)``.
 
     Returns:
         Tensor of ``x``'s shape and dtype. Differentiable in ``x`` and ``weight``.
@@ -140,10 +134,6 @@ def rms_norm(
         TypeError: non-tensor input, or an integer, bool or complex dtype.
         ValueError: 0-d ``x``, ``weight`` of the wrong shape or device, negative or non-finite ``eps``.
     """
-    if convention is not None or eps_placement != "inside":
-        from .conventions import rms_norm as _rms_norm_convention
-
-        return _rms_norm_convention(x, weight, eps, convention=convention or "reference", eps_placement=eps_placement)
     check_input(x)
     check_param(weight, x, "weight")
     eps = check_eps(eps)
@@ -180,7 +170,7 @@ def rms_norm_backward(dy, x, weight=None, eps: float = 1e-6):
     eps = check_eps(eps)
     cd = compute_dtype(x)
     rstd = torch.rsqrt(x.to(cd).pow(2).mean(dim=-1, keepdim=True) + eps)
-    return _rms_backward(dy, x, weight, rstd)
+    return rms_backward(dy, x, weight, rstd)
 
 
 def layer_norm_backward(dy, x, weight=None, bias=None, eps: float = 1e-5):
@@ -197,4 +187,4 @@ def layer_norm_backward(dy, x, weight=None, bias=None, eps: float = 1e-5):
     xf = x.to(cd)
     xc = xf - xf.mean(dim=-1, keepdim=True)
     rstd = torch.rsqrt(xc.pow(2).mean(dim=-1, keepdim=True) + eps)
-    return _ln_backward(dy, x, weight, bias, rstd)
+    return ln_backward(dy, x, weight, bias, rstd)

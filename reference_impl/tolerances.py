@@ -18,6 +18,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import conventions as _cv
+from . import oracle as _oracle
+
+_HALF = (torch.float16, torch.bfloat16)
+
 
 def unit_roundoff(dtype: torch.dtype) -> float:
     """Half the machine epsilon: the largest relative error of one round-to-nearest operation."""
@@ -193,3 +198,135 @@ def assert_within(actual, expected, bound, what: str = "result") -> None:
             f"{what}: {int(over.sum())} of {err.size} elements outside the policy bound; worst: "
             f"|{a[ok][i]!r} - {e[ok][i]!r}| = {err[i]:.3e} > bound {bnd[ok][i]:.3e}"
         )
+
+
+# ----------------------------------------------------------------------------------------------------
+# Bounds for the model-family conventions (reference_impl.conventions): the derivation above, plus the
+# extra roundings each casting order performs.
+# ----------------------------------------------------------------------------------------------------
+
+def _u(dtype):
+    return unit_roundoff(dtype)
+
+
+
+# --8<-- [start:policy_conventions]
+def extra_roundings(x_dtype, w_dtype, convention):
+    """Unit roundoffs of the roundings a convention adds to the core's analysis, each relative to |y_i|.
+
+    The core bound (``tolerances.rms_forward_bound``) charges gamma(d//2 + 6, u_c) for the statistics and
+    two products, plus one final cast u_o. A convention that rounds the normalized value to a low
+    precision *before* the gain (llama; t5 with a half weight) pays that cast, and the product in the
+    low precision is rounded again. float64 input computed in float32 first rounds x (relative u_32 on
+    each x_i, ~3 u_32 on y_i through x_i and the mean square); gemma rounds 1 + w in float32.
+    """
+    u32 = _u(torch.float32)
+    out = _cv.output_dtype(x_dtype, w_dtype, convention)
+    cd = torch.float64 if (x_dtype == torch.float64 and convention in ("reference", "torch")) else torch.float32
+    extra = [_u(out)]  # the last rounding into the output dtype
+    if x_dtype == torch.float64 and cd == torch.float32:
+        extra.append(3 * u32)
+    if w_dtype is not None:
+        if convention == "llama" and x_dtype != torch.float64:
+            extra.append(_u(x_dtype) if x_dtype in _HALF else 0.0)  # h.to(x.dtype) before the gain
+        if convention == "t5" and w_dtype in _HALF:
+            extra.append(_u(w_dtype))  # h.to(w.dtype) before the gain
+        if convention == "gemma":
+            extra.append(u32)  # 1 + w in float32
+    return cd, extra
+
+
+def convention_forward_bound(x, weight, eps, convention, eps_placement="inside", x_dtype=None, w_dtype=None):
+    """Allowed |y_hat - y| per element for a convention, vs the float64 oracle of the same math.
+
+    |err_i| <= (sum(extra roundings) + gamma(d//2 + 6, u_c) + gamma(d//2 + 6, u_64)) |y_i| + floor, with the
+    extra roundings of :func:`extra_roundings`; eps outside the root costs one more rounding (the add after
+    the square root) and is covered by the same gamma (it replaces rsqrt's second rounding).
+    """
+    x_dtype = x_dtype or x.dtype
+    w_dtype = w_dtype or (None if weight is None else weight.dtype)
+    cd, extra = extra_roundings(x_dtype, w_dtype, convention)
+    xd = x.detach().double().cpu().numpy()
+    wd = None if weight is None else _cv.effective_gain(weight.detach().cpu(), convention).double().numpy()
+    y = np.abs(_oracle.rms_norm_forward_placed(xd, wd, 0.0 if eps is None else eps, eps_placement))
+    d = xd.shape[-1]
+    rel = sum(extra) + gamma(d // 2 + 6, _u(cd)) + gamma(d // 2 + 6, _u(torch.float64))
+    out = _cv.output_dtype(x_dtype, w_dtype, convention)
+    floor = float(torch.finfo(out).tiny) * _u(out)
+    return rel * y + floor
+# --8<-- [end:policy_conventions]
+
+
+def convention_backward_bounds(dy, x, weight, eps, convention, eps_placement="inside", extra_low=0, w_low_rows=False):
+    """Allowed errors for (dx, dweight) of a convention, vs the float64 oracle of the same math.
+
+    The analysis of :func:`rms_backward_bounds`, with the effective gain:
+    dx_i = r (g_i - c_i m), m = mean(g * xhat), c = xhat (eps inside) or x / sqrt(ms) (eps outside); each
+    term is computed to gamma(d + 10, u_c), so |err dx_i| <= u_o |dx_i| + gamma(d + 10) env_i + floor with
+    env_i = r (|g_i| + |c_i| mean|g xhat|). ``extra_low`` counts additional roundings in x's dtype on the way
+    (an autograd graph of a family's module, e.g. llama's ``dy * w`` in bfloat16): each perturbs g by
+    u_o |g| and adds u_o env. float64 input that a convention computes in float32 adds 3 u_32 env (x rounded).
+    dweight_j = sum over n rows of dy * xhat: u_w |dw_j| + gamma(n + d//2 + 8, u_c) sum |dy xhat|, plus
+    gamma(n + 2, u_w) sum |dy xhat| when the family reduces the rows in the weight's own dtype (``w_low_rows``).
+    """
+    cd = _cv.stat_dtype(x, convention)
+    w_dtype = None if weight is None else weight.dtype
+    xd, dyd = x.detach().double().cpu().numpy(), dy.detach().double().cpu().numpy()
+    g_w = _cv.effective_gain(weight, convention)
+    wd = None if g_w is None else g_w.detach().double().cpu().numpy()
+    d = xd.shape[-1]
+    n = int(np.prod(xd.shape[:-1]))
+    ms = np.mean(xd * xd, -1, keepdims=True)
+    s = np.sqrt(ms)
+    r = 1.0 / np.sqrt(ms + eps) if eps_placement == "inside" else 1.0 / (s + eps)
+    xhat = xd * r
+    if eps_placement == "inside":
+        c = xhat
+    else:
+        c = np.where(s > 0, xd / np.where(s > 0, s, 1.0), 0.0)
+    g = dyd if wd is None else dyd * wd
+    env = r * (np.abs(g) + np.abs(c) * np.mean(np.abs(g * xhat), -1, keepdims=True))
+    dx, dw = _oracle.rms_norm_backward_placed(dyd, xd, wd, eps, eps_placement)
+    low = extra_low * _u(x.dtype) + (3 * _u(torch.float32) if (x.dtype == torch.float64 and cd == torch.float32) else 0.0)
+    gd = gamma(d + 10, _u(cd)) + gamma(d + 10, _u(torch.float64))
+    floor = float(torch.finfo(x.dtype).tiny) * _u(x.dtype)
+    bdx = _u(x.dtype) * np.abs(dx) + (gd + low) * env + floor
+    if weight is None:
+        return bdx, None
+    sw = np.abs(dyd * xhat).reshape(n, d).sum(0)
+    uw = _u(w_dtype)
+    gw = gamma(n + d // 2 + 8, _u(cd)) + gamma(n + d // 2 + 8, _u(torch.float64))
+    if w_low_rows:
+        gw += gamma(n + 2, uw)
+    bdw = uw * np.abs(dw) + (gw + low) * sw + float(torch.finfo(w_dtype).tiny) * uw
+    return bdx, bdw
+
+
+
+def ln_family_backward_bounds(dy, x, weight, bias, eps, extra_low=0, w_low_rows=False):
+    """Allowed errors for LayerNorm's (dx, dweight, dbias), vs the float64 oracle, for a computation that
+    rounds more than the core's float32 backward does.
+
+    :func:`ln_backward_bounds` covers a float32 computation. torch's CPU
+    ``layer_norm`` backward for float16/bfloat16 input lands outside it (tests/test_transformers_parity.py),
+    as it would if intermediates were rounded to the input dtype. Each such rounding on g = dy * w or on
+    xhat perturbs them by u_o relative and adds u_o times dx's envelope
+    ``r (|g_i| + mean|g| + |xhat_i| mean|g xhat|)``; ``extra_low`` counts them. ``w_low_rows`` charges the
+    sums over the n rows for dweight and dbias as if done in the parameter's dtype: gamma(n + 2, u_w) times
+    the sum of the absolute terms.
+    """
+    bdx, bdw, bdb = ln_backward_bounds(dy, x, weight, bias, eps, x.dtype, None if weight is None else weight.dtype)
+    xd, dyd = x.detach().double().cpu().numpy(), dy.detach().double().cpu().numpy()
+    d = xd.shape[-1]
+    n = int(np.prod(xd.shape[:-1]))
+    xc = xd - xd.mean(-1, keepdims=True)
+    r = 1.0 / np.sqrt((xc * xc).mean(-1, keepdims=True) + eps)
+    xhat = xc * r
+    g = dyd if weight is None else dyd * weight.detach().double().cpu().numpy()
+    env = r * (np.abs(g) + np.abs(g).mean(-1, keepdims=True) + np.abs(xhat) * np.abs(g * xhat).mean(-1, keepdims=True))
+    bdx = bdx + extra_low * _u(x.dtype) * env
+    if w_low_rows and bdw is not None:
+        bdw = bdw + (gamma(n + 2, _u(weight.dtype)) + extra_low * _u(x.dtype)) * np.abs(dyd * xhat).reshape(n, d).sum(0)
+    if w_low_rows and bdb is not None:
+        bdb = bdb + gamma(n + 2, _u(bias.dtype)) * np.abs(dyd).reshape(n, d).sum(0)
+    return bdx, bdw, bdb

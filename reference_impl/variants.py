@@ -175,7 +175,7 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, residual, weight, eps, convention):
         s = residual + x  # the new residual stream, in promote(x, residual), as `residual + hidden_states`
-        y, rstd = _cv._rms_forward(s, weight, eps, convention, "inside")
+        y, rstd = _cv.rms_forward(s, weight, eps, convention, "inside")
         ctx.save_for_backward(s, weight, rstd)
         ctx.convention = convention
         ctx.dtypes = (x.dtype, residual.dtype)
@@ -184,7 +184,7 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy, ds):
         s, w, rstd = ctx.saved_tensors
-        dsum, dw = _cv._rms_backward(dy, s, w, rstd, ctx.convention, "inside")
+        dsum, dw = _cv.rms_backward(dy, s, w, rstd, ctx.convention, "inside")
         total = dsum.to(torch.promote_types(dsum.dtype, torch.float32))
         if ds is not None:
             total = total + ds.to(total.dtype)  # the new residual feeds both the norm and the next block

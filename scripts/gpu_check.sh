@@ -2,14 +2,14 @@
 # GPU checks for a lent GPU machine (an H200 here), in one call of about 6-8 minutes:
 #   1. build the CUDA library (cuda/gpu, sm_90) and the CPU library it extends,
 #   2. run the GPU tests (tests/test_cuda_kernels.py, tests/test_cuda_build.py),
-#   3. run the rsqrt GPU sweep (entry point owned by reference_impl.rsqrt_study, if present),
-#   4. benchmark forward and forward+backward (reference_impl.bench_gpu) -> docs/data/bench_gpu.json.
+#   3. run the rsqrt GPU sweep (entry point owned by reference_impl.studies.rsqrt, if present),
+#   4. benchmark forward and forward+backward (reference_impl.studies.bench_gpu) -> docs/data/bench_gpu.json.
 # Everything is logged; with $OUT set (the device tool's output folder) the logs and data files are
 # copied there (at most 8 files). Each step has its own time limit (110 + 150 + 150 + 170 s at most, under
 # the device tool's 600 s per command); a step past its limit gets SIGINT, so pytest still writes its
 # results file and the benchmark keeps the cases it finished. A failed step does not stop the next.
 # Back on the development machine: copy bench_gpu.json (and rsqrt_gpu.json) into docs/data/, render the
-# plots with `python -m reference_impl.bench_gpu --plot-only`, and commit them with the device named.
+# plots with `python -m reference_impl.studies.bench_gpu --plot-only`, and commit them with the device named.
 # Usage: scripts/gpu_check.sh            (PY=python3 OUT=/some/dir scripts/gpu_check.sh to override)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -58,14 +58,14 @@ fi
 grep -E "passed|failed|error" "$LOG" | tail -3 >>"$SUMMARY"
 
 # rsqrt GPU sweep: owned by the rsqrt study (issue 5). Runs its GPU mode when the module offers one.
-if [ -f reference_impl/rsqrt_study.py ] && "$PY" -m reference_impl.rsqrt_study --help 2>/dev/null | grep -q -- "--gpu"; then
-  step rsqrt-gpu-sweep 150 "$OUT/rsqrt.log" "$PY" -m reference_impl.rsqrt_study --gpu
+if [ -f reference_impl/studies/rsqrt.py ] && "$PY" -m reference_impl.studies.rsqrt --help 2>/dev/null | grep -q -- "--gpu"; then
+  step rsqrt-gpu-sweep 150 "$OUT/rsqrt.log" "$PY" -m reference_impl.studies.rsqrt --gpu
   for f in docs/data/rsqrt_gpu*.json; do [ -f "$f" ] && cp "$f" "$OUT/"; done
 else
-  note "RSQRT GPU SWEEP NOT RUN: no 'python -m reference_impl.rsqrt_study --gpu' entry point in this checkout"
+  note "RSQRT GPU SWEEP NOT RUN: no 'python -m reference_impl.studies.rsqrt --gpu' entry point in this checkout"
 fi
 
-step bench 170 "$OUT/bench.log" "$PY" -m reference_impl.bench_gpu --out docs/data/bench_gpu.json
+step bench 170 "$OUT/bench.log" "$PY" -m reference_impl.studies.bench_gpu --out docs/data/bench_gpu.json
 cp docs/data/bench_gpu.json "$OUT/" 2>/dev/null || note "no docs/data/bench_gpu.json written"
 tail -30 "$OUT/bench.log" | grep -v "bench_gpu:" >>"$SUMMARY" 2>/dev/null
 note "done; files in $OUT"

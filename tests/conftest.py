@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from reference_impl.machine import cpu_model
+from reference_impl.provenance import cpu_model
 
 REPO = Path(__file__).resolve().parent.parent
 BUILD = REPO / "build"

@@ -1,6 +1,6 @@
 """Evidence for the ledger's verdicts on practical advice (``ledger/advice.yaml``), measured on the CPU.
 
-Each test carries the claim id it gives evidence for. The facts are computed by ``reference_impl.advice``;
+Each test carries the claim id it gives evidence for. The facts are computed by ``reference_impl.studies.advice``;
 one test checks that the committed ``docs/data/advice.json`` is what the current code measures.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import reference_impl as ri
-from reference_impl import advice
+from reference_impl.studies import advice
 from reference_impl import tolerances as tol
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,7 +41,7 @@ def test_advice_data_file_is_current():
     for key in ("machine", "versions", "date", "source_sha256"):
         assert key in stored, key
     assert {"cpu", "cores"} <= set(stored["machine"]) and {"torch", "python"} <= set(stored["versions"])
-    assert stored["source_sha256"] == advice.source_hash(), "reference_impl/advice.py changed: rerun python -m reference_impl.advice"
+    assert stored["source_sha256"] == advice.source_hash(), "reference_impl/studies/advice.py changed: rerun python -m reference_impl.studies.advice"
     fresh = advice.measure()
     diffs = _close({k: stored[k] for k in fresh}, json.loads(json.dumps(fresh)))
     assert not diffs, "docs/data/advice.json is stale:\n" + "\n".join(diffs)

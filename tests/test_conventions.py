@@ -45,14 +45,14 @@ def test_convention_forward_matches_oracle(shape, dtype, convention, placement):
     x, w, _ = _data(shape, dtype, 11, convention)
     y = cv.rms_norm(x, w, 1e-6, convention=convention, eps_placement=placement)
     assert y.shape == x.shape and y.dtype == cv.output_dtype(dtype, dtype, convention)
-    expected = cv.oracle_forward(_f64(x), _f64(cv.effective_gain(w, convention)), 1e-6, placement)
-    tol.assert_within(y, expected, cv.forward_bound(x, w, 1e-6, convention, placement), f"{convention} forward")
+    expected = oracle.rms_norm_forward_placed(_f64(x), _f64(cv.effective_gain(w, convention)), 1e-6, placement)
+    tol.assert_within(y, expected, tol.convention_forward_bound(x, w, 1e-6, convention, placement), f"{convention} forward")
 
 
 @pytest.mark.guards("conventions.forward")
 def test_oracle_inside_agrees_with_core_oracle():
     x, w, _ = _data((3, 50), torch.float64, 1)
-    np.testing.assert_array_equal(cv.oracle_forward(_f64(x), _f64(w), 1e-6, "inside"),
+    np.testing.assert_array_equal(oracle.rms_norm_forward_placed(_f64(x), _f64(w), 1e-6, "inside"),
                                   oracle.rms_norm_forward(_f64(x), _f64(w), 1e-6))
 
 
@@ -90,7 +90,7 @@ def test_llama_and_core_differ_only_by_the_cast_before_the_gain():
 def test_convention_bound_reduces_to_the_core_policy(dtype):
     """For the core's own order the conventions' bound is the core bound (float64 charges the oracle twice)."""
     x, w, _ = _data((3, 257), dtype, 18)
-    ours = cv.forward_bound(x, w, 1e-6, "reference")
+    ours = tol.convention_forward_bound(x, w, 1e-6, "reference")
     core = tol.rms_forward_bound(x, w, 1e-6, dtype)
     if dtype == torch.float64:
         assert (ours >= core).all() and (ours <= 2 * core).all()
@@ -98,8 +98,8 @@ def test_convention_bound_reduces_to_the_core_policy(dtype):
         np.testing.assert_allclose(ours, core, rtol=1e-15, atol=0)
     # the llama order's bound is wider by exactly one rounding in the half dtype
     if dtype in (torch.float16, torch.bfloat16):
-        extra = cv.forward_bound(x, w, 1e-6, "llama") - ours
-        y = np.abs(cv.oracle_forward(_f64(x), _f64(w), 1e-6))
+        extra = tol.convention_forward_bound(x, w, 1e-6, "llama") - ours
+        y = np.abs(oracle.rms_norm_forward_placed(_f64(x), _f64(w), 1e-6))
         np.testing.assert_allclose(extra, tol.unit_roundoff(dtype) * y, rtol=1e-12, atol=1e-300)
 
 
@@ -142,8 +142,8 @@ def test_convention_backward_matches_oracle(shape, dtype, convention, placement)
     x, w, dy = _data(shape, dtype, 14, convention)
     dx, dw = cv.rms_norm_backward(dy, x, w, 1e-6, convention=convention, eps_placement=placement)
     assert dx.dtype == dtype and dw.dtype == dtype
-    edx, edw = cv.oracle_backward(_f64(dy), _f64(x), _f64(cv.effective_gain(w, convention)), 1e-6, placement)
-    bdx, bdw = cv.backward_bounds(dy, x, w, 1e-6, convention, placement)
+    edx, edw = oracle.rms_norm_backward_placed(_f64(dy), _f64(x), _f64(cv.effective_gain(w, convention)), 1e-6, placement)
+    bdx, bdw = tol.convention_backward_bounds(dy, x, w, 1e-6, convention, placement)
     tol.assert_within(dx, edx, bdx, f"{convention} dx")
     tol.assert_within(dw, edw, bdw, f"{convention} dweight")
 

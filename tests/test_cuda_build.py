@@ -17,10 +17,12 @@ import numpy as np
 import pytest
 import torch
 
-from reference_impl import cuda_build_report, cuda_ops
+from reference_impl.ops import build as native
+from reference_impl.ops import cuda as cuda_ops
+from reference_impl.studies import cuda_resources as cuda_build_report
 from pathlib import Path
 
-from reference_impl.native import REPO, SOURCES, NativeBuildError
+from reference_impl.ops.build import REPO, SOURCES, NativeBuildError
 
 GPU = SOURCES / "gpu"
 
@@ -39,7 +41,7 @@ def test_cuda_library_compiles_for_sm90_and_registers_the_cuda_kernels():
     Uses the cached build in build/native/normlab_cuda when the sources are unchanged (ninja tracks the
     headers too); a fresh clone compiles from scratch. A compile error fails here.
     """
-    assert any("code=sm_90" in f for f in cuda_ops.CUDA_FLAGS) and any("code=compute_90" in f for f in cuda_ops.CUDA_FLAGS)
+    assert any("code=sm_90" in f for f in native.CUDA_FLAGS) and any("code=compute_90" in f for f in native.CUDA_FLAGS)
     try:
         cuda_ops.ensure_loaded()
     except NativeBuildError as exc:  # a missing nvcc is a failure too: CI must compile the CUDA sources
@@ -50,7 +52,7 @@ def test_cuda_library_compiles_for_sm90_and_registers_the_cuda_kernels():
     assert "int block_size=0" in schema and "-> (Tensor y, Tensor rstd)" in schema
     # the four ops keep their single schema from cuda/ops.cpp (the CUDA glue only implements them)
     assert "Tensor? residual" in str(torch.ops.normlab.rms_norm_fwd.default._schema)
-    so = REPO / "build" / "native" / cuda_ops.NATIVE_NAME / f"{cuda_ops.NATIVE_NAME}.so"
+    so = REPO / "build" / "native" / native.CUDA_NAME / f"{native.CUDA_NAME}.so"
     assert b"sm_90" in so.read_bytes(), "no sm_90 machine code embedded in the library"
 
 
@@ -69,7 +71,7 @@ def test_kernel_sources_include_no_torch_header():
 
 def _report():
     path = cuda_build_report.OUT
-    assert path.exists(), "docs/data/cuda_resources.json is missing: run python -m reference_impl.cuda_build_report"
+    assert path.exists(), "docs/data/cuda_resources.json is missing: run python -m reference_impl.studies.cuda_resources"
     return json.loads(path.read_text())
 
 
@@ -78,7 +80,7 @@ def test_resource_report_matches_the_current_sources():
     data = _report()
     assert data["source_hash"] == cuda_build_report.source_hash(), (
         "docs/data/cuda_resources.json was made from other sources or flags: "
-        "run python -m reference_impl.cuda_build_report")
+        "run python -m reference_impl.studies.cuda_resources")
     assert re.match(r"\d+\.\d+ \(V[\d.]+\)", data["nvcc"]) and data["arch"] == "sm_90"
     families = {k.split("[")[0] for k in data["kernels"]}
     assert families == {"rms_fwd_v1", "rms_fwd_v2", "rms_fwd_v3", "rms_fwd_v45", "rms_bwd_kernel",
@@ -342,7 +344,7 @@ _SIGNATURES = {
 
 
 def _build_emulation() -> Path:
-    srcs = [GPU / s.split("/", 1)[1] for s in cuda_ops.KERNEL_SOURCES]
+    srcs = [GPU / s.split("/", 1)[1] for s in native.CUDA_KERNEL_SOURCES]
     extra = [EMU_DIR / "emu.h", EMU_DIR / "emu_runtime.cpp", GPU / "common.cuh", GPU / "launchers.h"]
     h = hashlib.sha256(b"".join(p.read_bytes() for p in srcs + extra)).hexdigest()[:16]
     out_dir = REPO / "build" / "native" / "normlab_cuda_emu"
@@ -461,7 +463,7 @@ EMU_SHAPES = [(3, 1), (2, 3, 33), (3, 1000), (2, 4096), (2, 4097), (1, 40000)]
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("version", [1, 2, 3, 4, 5])
 def test_emulated_forward_versions_match_oracle_and_cpu_op(emu, version, dtype, convention):
-    from reference_impl import fused
+    from reference_impl.ops import library as fused
 
     fused.load()
     for i, shape in enumerate(EMU_SHAPES):
@@ -521,8 +523,8 @@ def test_emulated_backward_matches_oracle(emu, dtype, convention):
         rows = x.numel() // x.shape[-1]
         assert 1 <= blocks <= rows and (rows < 16 or blocks < rows)
         wd = None if w is None else conv_tol.effective_gain(w, convention).double().numpy()
-        edx, edw = conv_tol.oracle_backward(dy.double().numpy(), x.double().numpy(), wd, EPS)
-        bdx, bdw = conv_tol.backward_bounds(dy, x, w, EPS, convention)
+        edx, edw = oracle.rms_norm_backward_placed(dy.double().numpy(), x.double().numpy(), wd, EPS)
+        bdx, bdw = tol.convention_backward_bounds(dy, x, w, EPS, convention)
         tol.assert_within(dx, edx, bdx, f"dx {shape}")
         if w is not None:
             tol.assert_within(dw, edw, bdw, f"dweight {shape}")
@@ -565,7 +567,7 @@ def test_emulated_layer_norm_matches_oracle(emu, dtype):
 @pytest.mark.guards("cuda.emulated", "cuda.rms_forward", "cuda.rms_backward")
 def test_emulated_non_finite_rows_and_empty_shapes(emu):
     """An Inf or NaN stays in its row, as in the CPU op; d = 0 gives NaN statistics, 0 rows a zero dweight."""
-    from reference_impl import fused
+    from reference_impl.ops import library as fused
 
     fused.load()
     g = torch.Generator().manual_seed(70)

@@ -17,9 +17,10 @@ import torch.nn.functional as F
 
 import reference_impl as ri
 from reference_impl import conventions as conv
-from reference_impl import fused, oracle
+from reference_impl import oracle
+from reference_impl.ops import library as fused
 from reference_impl import tolerances as tol
-from reference_impl.native import NativeBuildError
+from reference_impl.ops.build import NativeBuildError, load_cpu_library
 
 REPO = Path(__file__).resolve().parent.parent
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -56,11 +57,11 @@ def _check_rms(x, w, dy, convention, eps=1e-6, what=""):
     assert y.dtype == x.dtype and y.shape == x.shape
     yo = oracle.rms_norm_forward(x.double().numpy(), _gain(w, convention), eps)
     # weight in x's dtype or float32: the op rounds to x's dtype before the gain (llama) and at the end
-    bound = conv.forward_bound(x, w, eps, convention, w_dtype=None if w is None else x.dtype)
+    bound = tol.convention_forward_bound(x, w, eps, convention, w_dtype=None if w is None else x.dtype)
     tol.assert_within(y, yo, bound, f"fused rms forward {what}")
     grads = torch.autograd.grad(y, [t for t in (xr, wr) if t is not None], dy)
     edx, edw = oracle.rms_norm_backward(dy.double().numpy(), x.double().numpy(), _gain(w, convention), eps)
-    bdx, bdw = conv.backward_bounds(dy, x, w, eps, convention)
+    bdx, bdw = tol.convention_backward_bounds(dy, x, w, eps, convention)
     assert grads[0].dtype == x.dtype
     tol.assert_within(grads[0], edx, bdx, f"fused rms dx {what}")
     if w is not None:
@@ -71,7 +72,7 @@ def _check_rms(x, w, dy, convention, eps=1e-6, what=""):
 
 @pytest.mark.guards("rms.forward", "rms.vjp_x", "rms.vjp_weight", "snippet:rms_norm_cpu.rms_fwd",
                     "snippet:rms_norm_cpu.rms_bwd", "snippet:simd.row_helpers", "snippet:simd.vec512",
-                    "snippet:fused.autograd")
+                    "snippet:library.autograd")
 @pytest.mark.parametrize("convention", ["llama", "gemma"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
@@ -98,7 +99,7 @@ def test_rms_matches_pytorch_reference(shape, dtype, convention):
     x, w, _, _, _ = _data(shape, dtype, 3)
     y = fused.fused_rms_norm(x, w, 1e-6, convention=convention)
     y_ref = conv.rms_norm(x, w, 1e-6, convention=convention)
-    bound = conv.forward_bound(x, w, 1e-6, convention)
+    bound = tol.convention_forward_bound(x, w, 1e-6, convention)
     tol.assert_within(y, y_ref.double().numpy(), 2 * bound, f"fused vs conventions.{convention}")
     if dtype == torch.float32 and convention == "llama":
         tol.assert_within(y, ri.rms_norm(x, w, 1e-6).double().numpy(), 2 * bound, "fused vs reference")
@@ -124,7 +125,7 @@ def test_rms_with_residual(shape, dtype, convention):
     gx_plain = torch.autograd.grad(fused.fused_rms_norm(h2, w, 1e-6, convention=convention), h2, dy)[0]
     assert torch.equal(gx, gx_plain + dh)
     edx, _ = oracle.rms_norm_backward(dy.double().numpy(), h_expected.double().numpy(), _gain(w, convention), 1e-6)
-    bdx, _ = conv.backward_bounds(dy, h_expected, w, 1e-6, convention)
+    bdx, _ = tol.convention_backward_bounds(dy, h_expected, w, 1e-6, convention)
     tol.assert_within(gx_plain, edx, bdx, "residual dx")
 
 
@@ -290,7 +291,7 @@ def _opcheck_cases():
     ]
 
 
-@pytest.mark.guards("fused.custom_op", "snippet:ops.schema", "snippet:fused.fakes")
+@pytest.mark.guards("fused.custom_op", "snippet:ops.schema", "snippet:library.fakes")
 @pytest.mark.parametrize("case", range(10))
 def test_opcheck(case):
     name, args = _opcheck_cases()[case]
@@ -383,7 +384,7 @@ def test_bad_input_specific_to_the_fused_op():
 def test_missing_compiler_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("CXX", "no-such-c++-compiler")
     with pytest.raises(NativeBuildError, match="no C\\+\\+ compiler"):
-        fused._build()
+        load_cpu_library()
 
 
 def test_import_builds_nothing():
@@ -391,7 +392,7 @@ def test_import_builds_nothing():
     import subprocess
     import sys
 
-    code = ("import sys, reference_impl, reference_impl.fused as f; "
+    code = ("import sys, reference_impl, reference_impl.ops.library as f; "
             "assert not f._loaded; assert 'torch.utils.cpp_extension' not in sys.modules; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert out.returncode == 0 and "ok" in out.stdout, out.stderr[-2000:]
@@ -402,7 +403,7 @@ def test_import_builds_nothing():
 @pytest.mark.guards("C05", "snippet:bench.flops")
 def test_flop_counts_rms_vs_layer_norm():
     """C05: counted from the traced graphs, RMSNorm's forward needs 4 operations per element, LayerNorm's 7."""
-    from reference_impl import bench
+    from reference_impl.studies import bench
 
     for d in (64, 4096):
         r, l = bench.count_flops(bench.rms_flops_fn, d), bench.count_flops(bench.ln_flops_fn, d)
@@ -417,7 +418,7 @@ def test_flop_counts_rms_vs_layer_norm():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_benchmarked_implementations_are_validated(dtype):
     """Every implementation the benchmark times passes its pre-timing check against the oracle."""
-    from reference_impl import bench
+    from reference_impl.studies import bench
 
     for impl in bench.IMPLS:
         bench.validate(impl, dtype)
@@ -426,7 +427,7 @@ def test_benchmarked_implementations_are_validated(dtype):
 @pytest.mark.guards("snippet:bench.block", "C38")
 def test_block_used_for_the_norm_share_runs_each_norm():
     """The decoder block of the C38 measurement gives the same output with F.rms_norm and the fused op."""
-    from reference_impl import bench
+    from reference_impl.studies import bench
 
     torch.manual_seed(0)
     eager = bench._Block(64, 4, 96, lambda x, w: F.rms_norm(x, (64,), w, 1e-6))
@@ -438,13 +439,13 @@ def test_block_used_for_the_norm_share_runs_each_norm():
 
 def _bench_data():
     path = REPO / "docs" / "data" / "bench_cpu.json"
-    assert path.exists(), "docs/data/bench_cpu.json is missing: run python -m reference_impl.bench"
+    assert path.exists(), "docs/data/bench_cpu.json is missing: run python -m reference_impl.studies.bench"
     return json.loads(path.read_text())
 
 
 @pytest.mark.guards("C04", "C05", "C38", "fused.bench_data")
 def test_committed_benchmark_data_is_well_formed():
-    from reference_impl import bench
+    from reference_impl.studies import bench
 
     data = _bench_data()
     for key in ("date", "machine", "sources_sha256", "settings", "results", "summary", "flops", "block", "plots"):

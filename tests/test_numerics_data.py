@@ -1,4 +1,4 @@
-"""docs/data/numerics.json (written by ``python -m reference_impl.numerics_study``) is well formed, comes
+"""docs/data/numerics.json (written by ``python -m reference_impl.studies.numerics``) is well formed, comes
 from the current sources, and its numbers respect the bounds the Numerics page states."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from reference_impl import numerics_study as ns
+from reference_impl.studies import numerics as ns
 from reference_impl import tolerances as tol
 
 REPO = Path(__file__).resolve().parent.parent
@@ -22,7 +22,7 @@ def test_meta_names_machine_versions_and_current_sources():
     assert machine["cpu"] and machine["cores"] >= 1 and machine["python"]
     assert machine["torch"] == torch.__version__
     assert DATA["date"][:4].isdigit() and meta["quick"] is False
-    assert meta["source_hash"] == ns.source_hash(), "sources changed: rerun python -m reference_impl.numerics_study"
+    assert meta["source_hash"] == ns.source_hash(), "sources changed: rerun python -m reference_impl.studies.numerics"
     for name in meta["plots"]:
         text = (REPO / "docs" / "data" / "plots" / name).read_text()
         assert text.lstrip().startswith("<?xml") and "<svg" in text

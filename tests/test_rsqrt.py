@@ -1,7 +1,7 @@
 """Reciprocal square root on the CPU: documented bounds, edge inputs, scalar vs SIMD, the exact reference,
 Newton's step (theory against measurement), RMSNorm consequences, and the committed study data.
 
-The full exhaustive sweep is the study command (``python -m reference_impl.rsqrt_study``); here every
+The full exhaustive sweep is the study command (``python -m reference_impl.studies.rsqrt``); here every
 97th bit pattern of the whole positive range plus every pattern of [1, 4) (all significands, both
 exponent parities) is swept, and the committed data file is checked for consistency.
 """
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import torch
 
-from reference_impl import rsqrt as R
+from reference_impl.ops import rsqrt as R
 
 REPO = Path(__file__).resolve().parent.parent
 U = 2.0**-24  # float32 unit roundoff
@@ -114,7 +114,7 @@ def test_every_method_is_listed_and_availability_follows_cpuid(ext):
 @pytest.mark.guards("rsqrt.methods")
 def test_hidden_instruction_sets_are_reported_unavailable_not_emulated(ext):
     code = (
-        "from reference_impl import rsqrt as R; import torch\n"
+        "from reference_impl.ops import rsqrt as R; import torch\n"
         "ms = {m['name']: m['available'] for m in R.methods()}\n"
         "assert not ms['avx512_rsqrt14'] and not ms['avx_rsqrt'], ms\n"
         "assert ms['sse_rsqrt'] and ms['quake_nr1']\n"
@@ -359,7 +359,7 @@ def test_sse_and_avx_estimates_agree(names, rng):
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.guards("rsqrt.rmsnorm")
 def test_rmsnorm_error_per_dtype(names):
-    from reference_impl.rsqrt_study import rmsnorm_error
+    from reference_impl.studies.rsqrt import rmsnorm_error
 
     res = rmsnorm_error(rows=48, d=768, methods=["libm_div_sqrt", "sse_rsqrt", "sse_rsqrt_nr1"])
     for dt, entry in res["dtypes"].items():
@@ -390,7 +390,7 @@ def test_rsqrt_is_a_small_share_of_an_llm_sized_rmsnorm_row(names):
 # ------------------------------------------------------------------------------------------------
 @pytest.mark.guards("rsqrt.study")
 def test_study_command_writes_data_and_plots(tmp_path):
-    from reference_impl import rsqrt_study
+    from reference_impl.studies import rsqrt as rsqrt_study
 
     out = tmp_path / "rsqrt.json"
     assert rsqrt_study.main(["--stride", "65537", "--quick", "--quiet", "--out", str(out), "--plots", str(tmp_path)]) == 0
@@ -406,7 +406,7 @@ def test_study_command_writes_data_and_plots(tmp_path):
 
 @pytest.mark.guards("rsqrt.data", "C13", "C15", "C41")
 def test_committed_data_is_exhaustive_current_and_within_documented_bounds():
-    from reference_impl import rsqrt_study
+    from reference_impl.studies import rsqrt as rsqrt_study
 
     d = json.loads(DATA.read_text())
     assert d["exhaustive"] is True and d["stride"] == 1

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from reference_impl import rsqrt as R
+from reference_impl.ops import rsqrt as R
 
 REPO = Path(__file__).resolve().parent.parent
 SRC = REPO / "cuda" / "rsqrt"
@@ -155,9 +155,9 @@ def _cpu_groups(name: str, stride: int) -> dict:
 @pytest.mark.guards("C14", "rsqrt.gpu")
 @pytest.mark.skipif(not torch.cuda.is_available(),
                     reason="no CUDA device in this run; the device sweep runs on a lent GPU "
-                           "(python -m reference_impl.rsqrt_study --gpu)")
+                           "(python -m reference_impl.studies.rsqrt --gpu)")
 def test_gpu_sweep_on_device(tmp_path):
-    from reference_impl import rsqrt_study
+    from reference_impl.studies import rsqrt as rsqrt_study
 
     stride = 9973
     ranges = {"subnormal": (R.FIRST_POSITIVE, R.FIRST_NORMAL), "lowest_normal_binade": (R.FIRST_NORMAL, R.FIRST_HALVABLE),
@@ -197,7 +197,7 @@ def test_gpu_sweep_on_device(tmp_path):
 def test_gpu_driver_with_a_cpu_stand_in(tmp_path, monkeypatch):
     """run_gpu's chunking, merging and CPU cross-check, driven by a stand-in whose 'device' sweep is the
     CPU sweep (the kernel itself only runs on a lent GPU)."""
-    from reference_impl import rsqrt_study
+    from reference_impl.studies import rsqrt as rsqrt_study
 
     stride = 65537
     cpu_name = {"rsqrtf": "libm_div_sqrt", "__frsqrt_rn": "libm_div_sqrt", "1.0f/sqrtf": "libm_div_sqrt",

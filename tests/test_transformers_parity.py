@@ -13,6 +13,8 @@ import torch
 import torch.nn as nn
 
 from reference_impl import conventions as cv
+from reference_impl import families as fam
+from reference_impl import oracle
 from reference_impl import tolerances as tol
 from reference_impl import variants as va
 
@@ -23,9 +25,9 @@ assert transformers.__version__ == "5.24.0", f"tests pin transformers 5.24.0, fo
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64]
 SHAPES = [(1,), (3, 7), (2, 5, 33), (4, 127), (2, 1000), (1, 4097)]
-RMS_FAMILIES = [f for f in cv.FAMILIES if f[3] in cv.RMS_CONVENTIONS]
-IDS = [cv.family_key(f[0]) for f in cv.FAMILIES]
-RMS_IDS = [cv.family_key(f[0]) for f in RMS_FAMILIES]
+RMS_FAMILIES = [f for f in fam.FAMILIES if f[3] in cv.RMS_CONVENTIONS]
+IDS = [fam.family_key(f[0]) for f in fam.FAMILIES]
+RMS_IDS = [fam.family_key(f[0]) for f in RMS_FAMILIES]
 
 
 def modeling(folder):
@@ -130,14 +132,14 @@ def test_rmsnorm_family_gradients_within_policy(family, dtype):
         xo = x.clone().requires_grad_(True)
         cv.rms_norm(xo, w, 1e-6, convention=convention).backward(dy)
         gain = cv.effective_gain(m.weight.detach(), convention)
-        edx, edw = cv.oracle_backward(dy.double().numpy(), x.double().numpy(), gain.double().numpy(), 1e-6)
+        edx, edw = oracle.rms_norm_backward_placed(dy.double().numpy(), x.double().numpy(), gain.double().numpy(), 1e-6)
         # ours: the conventions' policy
-        bdx, bdw = cv.backward_bounds(dy, x, m.weight.detach(), 1e-6, convention)
+        bdx, bdw = tol.convention_backward_bounds(dy, x, m.weight.detach(), 1e-6, convention)
         tol.assert_within(xo.grad, edx, bdx, f"ours {cls_name} dx")
         tol.assert_within(w.grad, edw, bdw, f"ours {cls_name} dweight")
         # theirs: the same policy plus the roundings their autograd graph performs in low precision
         k, low_rows = _hf_extra_roundings(convention, dtype, m.weight.dtype)
-        bdx, bdw = cv.backward_bounds(dy, x, m.weight.detach(), 1e-6, convention, extra_low=k, w_low_rows=low_rows)
+        bdx, bdw = tol.convention_backward_bounds(dy, x, m.weight.detach(), 1e-6, convention, extra_low=k, w_low_rows=low_rows)
         tol.assert_within(xh.grad, edx, bdx, f"{cls_name} dx")
         tol.assert_within(m.weight.grad, edw, bdw, f"{cls_name} dweight")
 
@@ -146,7 +148,6 @@ def test_rmsnorm_family_gradients_within_policy(family, dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_layernorm_family_gradients_within_policy(dtype):
     """nn.LayerNorm (GPT-NeoX) and CohereLayerNorm autograd, and our explicit backward, vs the oracle."""
-    from reference_impl import oracle
 
     for i, shape in enumerate([(3, 7), (2, 5, 33), (4, 1000)]):
         x, dy = data(shape, dtype, 1800 + i) + 2.0, data(shape, dtype, 1810 + i, 1.0)
@@ -168,7 +169,7 @@ def test_layernorm_family_gradients_within_policy(dtype):
             tol.assert_within(wo.grad, edw, bdw, "ours dweight")
             if conv == "neox" and dtype in cv.HALF:
                 # torch's CPU LayerNorm backward rounds in the half dtype: charge two roundings and the row sums
-                bdx, bdw, _ = cv.ln_backward_bounds(dy, x, m.weight.detach(), bd, 1e-5, extra_low=2, w_low_rows=True)
+                bdx, bdw, _ = tol.ln_family_backward_bounds(dy, x, m.weight.detach(), bd, 1e-5, extra_low=2, w_low_rows=True)
             tol.assert_within(xm.grad, edx, bdx, f"{cls_name} dx")
             tol.assert_within(m.weight.grad, edw, bdw, f"{cls_name} dweight")
 
@@ -178,7 +179,6 @@ def test_layernorm_family_gradients_within_policy(dtype):
 def test_torch_layernorm_half_backward_exceeds_the_float32_bound(dtype):
     """Why the neox bound above charges extra roundings: torch's CPU LayerNorm backward in half precision
     is less accurate than a float32 computation rounded once (our explicit backward is not)."""
-    from reference_impl import oracle
 
     x, dy = data((2, 5, 33), dtype, 1801) + 2.0, data((2, 5, 33), dtype, 1811, 1.0)
     m = make_module("gpt_neox", "LayerNorm", 33, 1e-5, dtype, 1821, "neox")
@@ -206,8 +206,8 @@ def test_torch_nn_rmsnorm_gradients_within_policy(dtype):
         m(xt).backward(dy)
         xo, w = x.clone().requires_grad_(True), m.weight.detach().clone().requires_grad_(True)
         cv.rms_norm(xo, w, 1e-6, convention="torch").backward(dy)
-        edx, edw = cv.oracle_backward(dy.double().numpy(), x.double().numpy(), m.weight.detach().double().numpy(), 1e-6)
-        bdx, bdw = cv.backward_bounds(dy, x, m.weight.detach(), 1e-6, "torch")
+        edx, edw = oracle.rms_norm_backward_placed(dy.double().numpy(), x.double().numpy(), m.weight.detach().double().numpy(), 1e-6)
+        bdx, bdw = tol.convention_backward_bounds(dy, x, m.weight.detach(), 1e-6, "torch")
         for name, gx, gw in (("torch", xt.grad, m.weight.grad), ("ours", xo.grad, w.grad)):
             tol.assert_within(gx, edx, bdx, f"{name} dx")
             tol.assert_within(gw, edw, bdw, f"{name} dweight")
@@ -303,7 +303,7 @@ def classify_norm_source(src: str) -> str:
 
 
 @pytest.mark.guards("parity.adoption", "C34", "C35", "snippet:conventions.families")
-@pytest.mark.parametrize("family", cv.FAMILIES, ids=IDS)
+@pytest.mark.parametrize("family", fam.FAMILIES, ids=IDS)
 def test_adoption_row(family):
     """One row of the History page's table: the family's layer builds this norm class with the config's
     eps, the class's forward has this convention's casting order, and the config default is as listed."""
@@ -322,7 +322,7 @@ def test_adoption_row(family):
     import json
     from pathlib import Path
     path = Path(__file__).resolve().parent.parent / "docs" / "data" / "numerics.json"
-    row = json.loads(path.read_text())["adoption"][cv.family_key(name)]
+    row = json.loads(path.read_text())["adoption"][fam.family_key(name)]
     assert row["eps"] == eps and row["norm_class"] == cls_name and row["convention"] == convention
 
 
@@ -396,8 +396,8 @@ def test_article_module_is_the_llama_convention(dtype):
             y = art(x)
             assert torch.equal(y, hf(x))
             assert torch.equal(y, cv.rms_norm(x, hf.weight, 1e-6, convention="llama"))
-        expected = cv.oracle_forward(x.double().numpy(), hf.weight.detach().double().numpy(), 1e-6)
-        tol.assert_within(y, expected, cv.forward_bound(x, hf.weight.detach(), 1e-6, "llama"), "article module")
+        expected = oracle.rms_norm_forward_placed(x.double().numpy(), hf.weight.detach().double().numpy(), 1e-6)
+        tol.assert_within(y, expected, tol.convention_forward_bound(x, hf.weight.detach(), 1e-6, "llama"), "article module")
     # with a float32 gain and half activations, its output is float32 (type promotion), as Llama's
     x = data((2, 8), torch.bfloat16, 1700)
     assert _ArticleRMSNorm(8)(x).dtype == torch.float32

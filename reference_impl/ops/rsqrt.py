@@ -27,7 +27,7 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-from .native import load_extension
+from .build import load_rsqrt_cpu, load_rsqrt_gpu
 
 #: Documented bounds on |relative error| of the hardware estimates (Intel SDM, Vol. 2B RSQRTPS and
 #: Vol. 2C VRSQRT14PS); the CUDA Programming Guide's bound for rsqrtf, in ulp.
@@ -46,15 +46,12 @@ FIRST_HALVABLE = 0x01000000
 #: Input groups of the sweep statistics: x >= 2**-125, subnormal x, and [2**-126, 2**-125).
 GROUPS = ("normal", "subnormal", "lowest_normal_binade")
 
-# -ffp-contract=off: no silent FMA fusion (the classic step must round as written);
-# -fno-math-errno: lets `1.0f / sqrtf(x)` compile to SQRTPS/DIVPS instead of a call guarded for errno.
-_CFLAGS = ["-O3", "-ffp-contract=off", "-fno-math-errno"]
 
 
 @lru_cache(maxsize=None)
 def cpu_ext():
     """The compiled CPU extension (built on first call, cached in build/native/rsqrt_cpu)."""
-    return load_extension("rsqrt_cpu", ["rsqrt/rsqrt_cpu.cpp"], extra_cflags=_CFLAGS, is_python_module=True)
+    return load_rsqrt_cpu()
 
 
 @lru_cache(maxsize=None)
@@ -63,14 +60,7 @@ def gpu_ext(fast_math: bool = False):
 
     Both compile ``rsqrt_gpu.cu`` for sm_90 with PTX (``TORCH_CUDA_ARCH_LIST`` defaults to "9.0+PTX" here).
     """
-    import os
-
-    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0+PTX")
-    variant = ["-DRSQ_FAST=1"] if fast_math else []
-    cuda_flags = ["-O3", "-std=c++17"] + (["-use_fast_math"] if fast_math else []) + variant
-    name = "rsqrt_gpu_fast" if fast_math else "rsqrt_gpu"
-    return load_extension(name, ["rsqrt/rsqrt_gpu.cu", "rsqrt/rsqrt_gpu_bind.cpp"], cuda=True,
-                          extra_cflags=["-O3"] + variant, extra_cuda_cflags=cuda_flags, is_python_module=True)
+    return load_rsqrt_gpu(fast_math)
 
 
 def gpu_rsqrt(x: torch.Tensor, method: str, fast_math: bool = False) -> torch.Tensor:

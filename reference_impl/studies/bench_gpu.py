@@ -1,12 +1,12 @@
-"""GPU benchmark of the CUDA kernels: ``python -m reference_impl.bench_gpu`` (needs a CUDA device).
+"""GPU benchmark of the CUDA kernels: ``python -m reference_impl.studies.bench_gpu`` (needs a CUDA device).
 
 Run by ``scripts/gpu_check.sh`` on a lent GPU machine. For bfloat16 and float32 and shapes up to
 32768 x 16384, in one run, it times the forward of: a device-to-device copy (the ceiling, measured in the
-same run), ``F.rms_norm``, ``torch.compile`` of a plain RMSNorm (``reference_impl.bench.plain_rms_norm``,
+same run), ``F.rms_norm``, ``torch.compile`` of a plain RMSNorm (``reference_impl.studies.bench.plain_rms_norm``,
 Llama order), ``F.layer_norm``, RMSNorm versions 1-4 of ``cuda/gpu`` and our LayerNorm; the fused
 residual add + RMSNorm (version 5) against a separate add followed by version 4; and the forward+backward
 of the copy, ``F.rms_norm``, ``torch.compile``, ``F.layer_norm`` and our two ops (through
-``reference_impl.fused``). It also sweeps version 3's block size (claim C42) and times version 4 with
+``reference_impl.ops.library``). It also sweeps version 3's block size (claim C42) and times version 4 with
 and without its 16-byte vector path (claim C29: widths that are or are not multiples of 8, an offset view).
 
 Method: every implementation is first checked against a float32 PyTorch computation of the same math on
@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "docs" / "data" / "bench_gpu.json"
 PLOTS = REPO / "docs" / "data" / "plots" / "cuda"
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
@@ -101,7 +101,8 @@ _compiled = None
 
 def _impl(impl: str, d: int):
     """f(x, w, b, res) for one implementation (forward)."""
-    from . import cuda_ops, fused
+    from ..ops import cuda as cuda_ops
+    from ..ops import library as fused
     from .bench import plain_rms_norm
 
     if impl == "copy":
@@ -208,7 +209,8 @@ def validate(impl: str, d: int, dtype) -> float:
 def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOTS) -> dict:
     from tqdm import tqdm
 
-    from . import cuda_build_report, cuda_ops
+    from ..ops import cuda as cuda_ops
+    from . import cuda_resources as cuda_build_report
 
     cuda_ops.ensure_loaded()
     try:  # one compiled graph per (shape, dtype, mode): let all of them compile instead of falling back

@@ -1,9 +1,9 @@
-"""CPU benchmark of the normalization ops: ``python -m reference_impl.bench``.
+"""CPU benchmark of the normalization ops: ``python -m reference_impl.studies.bench``.
 
 One run measures, for float32 and bfloat16 and a grid of (rows, hidden) shapes, the forward and the
 forward+backward of: ``clone()`` (the copy ceiling), ``F.rms_norm`` eager, ``torch.compile`` of a plain
 RMSNorm (Llama order), ``F.layer_norm`` eager, the PyTorch reference (:func:`reference_impl.rms_norm`), and
-the fused ops of :mod:`reference_impl.fused` (RMSNorm and LayerNorm). It also counts the floating-point
+the fused ops of :mod:`reference_impl.ops.library` (RMSNorm and LayerNorm). It also counts the floating-point
 operations of RMSNorm and LayerNorm (claim C05) and times a small Llama-style transformer block with and
 without its norms (claim C38).
 
@@ -35,17 +35,18 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from . import fused, oracle
-from . import tolerances as tol
-from .machine import cpu_model
-from .reference import rms_norm as ref_rms_norm
+from .. import oracle
+from .. import tolerances as tol
+from ..ops import library as fused
+from ..provenance import cpu_model
+from ..reference import rms_norm as ref_rms_norm
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "docs" / "data"
 OUT = DATA / "bench_cpu.json"
 PLOTS = DATA / "plots"
 SOURCES = ("cuda/ops.cpp", "cuda/cpu/cpu_common.h", "cuda/cpu/simd.h", "cuda/cpu/rms_norm_cpu.cpp",
-           "cuda/cpu/layer_norm_cpu.cpp", "reference_impl/fused.py", "reference_impl/bench.py")
+           "cuda/cpu/layer_norm_cpu.cpp", "reference_impl/ops/library.py", "reference_impl/studies/bench.py")
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 SHAPES = [(4096, 1024), (4096, 2048), (4096, 4096), (4096, 8192),
@@ -554,7 +555,7 @@ def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOT
     bar = tqdm(total=len(jobs) * len(IMPLS), desc="bench", unit="case", file=sys.stderr)
     for dname, (rows, d), mode in jobs:
         spec = json.dumps({"dtype": dname, "rows": rows, "hidden": d, "mode": mode, "peaks": peaks})
-        proc = subprocess.run([sys.executable, "-m", "reference_impl.bench", "--worker", spec, "--no-reexec"],
+        proc = subprocess.run([sys.executable, "-m", "reference_impl.studies.bench", "--worker", spec, "--no-reexec"],
                               capture_output=True, text=True, cwd=REPO)
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULTS ")]
         if proc.returncode != 0 or not lines:
@@ -567,7 +568,7 @@ def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOT
         bar.update(len(recs))
     bar.close()
     data = {
-        "what": "CPU benchmark of RMSNorm/LayerNorm implementations (python -m reference_impl.bench)",
+        "what": "CPU benchmark of RMSNorm/LayerNorm implementations (python -m reference_impl.studies.bench)",
         "date": started.isoformat(timespec="seconds"),
         "duration_s": None,
         "machine": machine_info(),
@@ -606,9 +607,9 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if any(os.environ.get(k) != v for k, v in MALLOC_ENV.items()) and "--no-reexec" not in argv:
         # the workers inherit the settings from this process
-        os.execve(sys.executable, [sys.executable, "-m", "reference_impl.bench", *argv],
+        os.execve(sys.executable, [sys.executable, "-m", "reference_impl.studies.bench", *argv],
                   {**os.environ, **MALLOC_ENV})
-    p = argparse.ArgumentParser(prog="python -m reference_impl.bench", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m reference_impl.studies.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="two small shapes, no block timing (a smoke test)")
     p.add_argument("--out", type=Path, default=OUT, help=f"data file (default {OUT.relative_to(REPO)})")
     p.add_argument("--plots", type=Path, default=PLOTS, help="folder for the SVG plots")

@@ -1,7 +1,7 @@
-"""The reciprocal-square-root study: ``python -m reference_impl.rsqrt_study``.
+"""The reciprocal-square-root study: ``python -m reference_impl.studies.rsqrt``.
 
 CPU (default): sweeps every positive finite float32 (bit patterns 0x00000001..0x7F7FFFFF, normals and
-subnormals) through every CPU method in ``reference_impl.rsqrt`` and compares each result with the
+subnormals) through every CPU method in ``reference_impl.ops.rsqrt`` and compares each result with the
 correctly rounded 1/sqrt(x); times the methods (cache-resident and streaming); times an RMSNorm row loop
 with exact and approximate rsqrt; measures the error an approximate rsqrt leaves in RMSNorm's output per
 output dtype. Writes ``docs/data/rsqrt_cpu.json`` and the plots ``docs/data/plots/rsqrt_*.svg``.
@@ -30,16 +30,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from . import rsqrt as R
+from ..ops import rsqrt as R
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "docs" / "data"
 PLOTS = DATA / "plots"
 CPU_JSON = DATA / "rsqrt_cpu.json"
 GPU_JSON = DATA / "rsqrt_gpu.json"
 SOURCES = ["cuda/rsqrt/rsqrt_common.h", "cuda/rsqrt/rsqrt_cpu.cpp", "cuda/rsqrt/rsqrt_gpu.cu",
-           "cuda/rsqrt/rsqrt_gpu_api.h", "cuda/rsqrt/rsqrt_gpu_bind.cpp", "reference_impl/rsqrt.py",
-           "reference_impl/rsqrt_study.py"]
+           "cuda/rsqrt/rsqrt_gpu_api.h", "cuda/rsqrt/rsqrt_gpu_bind.cpp", "reference_impl/ops/rsqrt.py",
+           "reference_impl/studies/rsqrt.py"]
 SIMD_FLAGS = ("sse", "sse2", "sse3", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f",
               "avx512dq", "avx512cd", "avx512bw", "avx512vl", "avx512er")
 
@@ -92,7 +92,7 @@ def source_hash() -> str:
 def provenance() -> dict:
     info = cpuinfo()
     return {
-        "command": "python -m reference_impl.rsqrt_study",
+        "command": "python -m reference_impl.studies.rsqrt",
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "source_hash": source_hash(),
         "machine": {**info, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__},
@@ -219,7 +219,7 @@ def rmsnorm_error(rows: int = 512, d: int = 4096, eps: float = 1e-6, seed: int =
     ms = mean(x^2) + eps in fp32 (torch); r = method(ms); y = (x * r).to(dtype). Against the float64
     oracle: max error in output ulps, share of outputs that differ from the exact-rsqrt result, and
     whether the result is within the project's tolerance policy (tolerances.rms_forward_bound)."""
-    from .tolerances import rms_forward_bound
+    from ..tolerances import rms_forward_bound
 
     g = torch.Generator().manual_seed(seed)
     scales = torch.logspace(-3, 3, rows, dtype=torch.float64)
@@ -539,7 +539,7 @@ def _driver_version() -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m reference_impl.rsqrt_study", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m reference_impl.studies.rsqrt", description=__doc__.split("\n\n")[0])
     ap.add_argument("--gpu", action="store_true", help="run the device sweep (needs a CUDA GPU) instead of the CPU study")
     ap.add_argument("--stride", type=int, default=1, help="sweep every N-th bit pattern (1 = exhaustive)")
     ap.add_argument("--threads", type=int, default=0, help="sweep threads (0 = all cores)")

@@ -1,4 +1,4 @@
-"""Resource usage of the CUDA kernels, from the compiler: ``python -m reference_impl.cuda_build_report``.
+"""Resource usage of the CUDA kernels, from the compiler: ``python -m reference_impl.studies.cuda_resources``.
 
 Runs nvcc on every kernel source in ``cuda/gpu/`` for ``sm_90`` with ``-Xptxas -v`` (registers, spills,
 stack frame, static shared memory, barriers per kernel) and once more to PTX (to count 128-bit global
@@ -19,9 +19,10 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .cuda_ops import GENCODE, KERNEL_SOURCES
-from .machine import basic_info
-from .native import REPO, SOURCES
+from ..ops.build import CUDA_KERNEL_SOURCES as KERNEL_SOURCES
+from ..ops.build import GENCODE
+from ..ops.build import REPO, SOURCES
+from ..provenance import basic_info
 
 OUT = REPO / "docs" / "data" / "cuda_resources.json"
 GPU_DIR = SOURCES / "gpu"

@@ -1,7 +1,7 @@
 """Fused RMSNorm and LayerNorm as PyTorch custom ops (library ``normlab``, sources in ``cuda/``).
 
-The native library is built on the first call (or by :func:`load`) with ``torch.utils.cpp_extension`` and
-cached under ``build/native/normlab_cpu``; importing this module builds nothing. Loading it declares the
+The native library is built on the first call (or by :func:`load`) with the settings of
+:mod:`reference_impl.ops.build`, cached under ``build/native/normlab_cpu``. Loading it declares the
 four ops (``cuda/ops.cpp``), registers their CPU kernels (``cuda/cpu/``), and this module then registers
 a fake implementation for each op (so ``torch.compile(fullgraph=True)`` traces through them) and the
 autograd formulas (forward ops differentiate through the backward ops).
@@ -23,27 +23,17 @@ import threading
 
 import torch
 
-from ._checks import check_eps, check_input, check_param
-from .native import NativeBuildError, load_extension
+from .._checks import check_eps, check_input, check_param
+from .build import NativeBuildError, load_cpu_library, load_cuda_library
 
-__all__ = ["fused_rms_norm", "fused_layer_norm", "load", "CONVENTIONS", "SUPPORTED_DTYPES"]
+__all__ = ["fused_rms_norm", "fused_layer_norm", "load", "load_cuda", "CONVENTIONS", "SUPPORTED_DTYPES"]
 
 CONVENTIONS = {"llama": 0, "gemma": 1}
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-NATIVE_NAME = "normlab_cpu"
-NATIVE_SOURCES = ("ops.cpp", "cpu/rms_norm_cpu.cpp", "cpu/layer_norm_cpu.cpp")
-# -ffp-contract=off: no silent a*b+c -> fma, so vector lanes and scalar tails round identically.
-# -fopenmp: at::parallel_for expands to an OpenMP region in the extension's own code.
-NATIVE_CFLAGS = ("-O3", "-ffp-contract=off", "-fopenmp")
-NATIVE_LDFLAGS = ("-fopenmp",)
 
 _lock = threading.Lock()
 _loaded = False
-
-
-def _build():
-    """Compile (or reuse) and load the CPU library; raises :class:`NativeBuildError` without a compiler."""
-    return load_extension(NATIVE_NAME, NATIVE_SOURCES, extra_cflags=NATIVE_CFLAGS, extra_ldflags=NATIVE_LDFLAGS)
+_cuda_loaded = False
 
 
 def load() -> None:
@@ -58,22 +48,33 @@ def load() -> None:
     with _lock:
         if _loaded:
             return
-        _build()
+        load_cpu_library()
         _register_python_parts()
         _loaded = True
+
+
+def load_cuda() -> None:
+    """Load the CPU library (which declares the schemas), then the CUDA kernels; idempotent, thread-safe."""
+    global _cuda_loaded
+    if _cuda_loaded:
+        return
+    load()
+    with _lock:
+        if _cuda_loaded:
+            return
+        load_cuda_library()
+
+        @torch.library.register_fake("normlab::rms_norm_fwd_version")
+        def _version_fake(x, weight, eps, version, convention, block_size=0):
+            return torch.empty_like(x), x.new_empty(x.shape[:-1], dtype=torch.float32)
+
+        _cuda_loaded = True
 
 
 def _ensure_device(x: torch.Tensor) -> None:
     load()
     if x.is_cuda:
-        try:
-            from .cuda_ops import ensure_loaded
-        except ImportError as exc:
-            raise NativeBuildError(
-                "x is a CUDA tensor but reference_impl.cuda_ops (the CUDA kernels of the normlab ops) is not "
-                f"available: {exc}"
-            ) from exc
-        ensure_loaded()
+        load_cuda()
     elif x.device.type != "cpu":
         raise ValueError(f"the fused ops run on CPU and CUDA tensors; x is on {x.device}")
 
@@ -180,7 +181,7 @@ def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: flo
             x's or float32; unknown convention type.
         ValueError: 0-d ``x``; weight or residual of the wrong shape or device; bad ``eps``; unknown
             convention name.
-        reference_impl.native.NativeBuildError: the native library cannot be built (no C++ compiler).
+        reference_impl.ops.build.NativeBuildError: the native library cannot be built (no C++ compiler).
     """
     _check_fused_input(x, "fused_rms_norm")
     _check_fused_param(weight, x, "weight")

@@ -1,4 +1,4 @@
-"""Numerics of the conventions, measured: ``python -m reference_impl.numerics_study``.
+"""Numerics of the conventions, measured: ``python -m reference_impl.studies.numerics``.
 
 Writes ``docs/data/numerics.json`` and SVG plots under ``docs/data/plots/`` in one run:
 
@@ -29,15 +29,17 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from . import conventions as cv
-from . import tolerances as tol
-from .machine import basic_info
+from .. import conventions as cv
+from .. import families as fam
+from .. import oracle
+from .. import tolerances as tol
+from ..provenance import basic_info
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "docs" / "data" / "numerics.json"
 PLOTS = REPO / "docs" / "data" / "plots"
 # the sources whose change invalidates the data file (tests/test_numerics_data.py checks the hash)
-SOURCES = ["reference_impl/conventions.py", "reference_impl/variants.py", "reference_impl/numerics_study.py"]
+SOURCES = ["reference_impl/conventions.py", "reference_impl/families.py", "reference_impl/oracle.py", "reference_impl/variants.py", "reference_impl/studies/numerics.py"]
 HALF = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -60,9 +62,9 @@ def source_hash() -> str:
 
 def adoption() -> dict:
     out = {}
-    for family, folder, cls, conv, cfg, attr, layer in cv.FAMILIES:
+    for family, folder, cls, conv, cfg, attr, layer in fam.FAMILIES:
         config = getattr(importlib.import_module(f"transformers.models.{folder}.configuration_{folder}"), cfg)()
-        out[cv.family_key(family)] = {
+        out[fam.family_key(family)] = {
             "family": family, "norm_class": cls, "convention": conv, "eps": float(getattr(config, attr)),
             "eps_attribute": attr, "config_class": cfg, "layer_class": layer,
             "source": f"transformers/models/{folder}/modeling_{folder}.py",
@@ -91,7 +93,7 @@ def casting(rows: int, d: int, seed: int) -> dict:
             "cast once (reference, torch, olmo2)": cv.rms_norm(x, w, 1e-6, convention="reference"),
             "cast, then gain (llama, t5)": cv.rms_norm(x, w, 1e-6, convention="llama"),
         }
-        exact = cv.oracle_forward(x.double().numpy(), w.double().numpy(), 1e-6)
+        exact = oracle.rms_norm_forward_placed(x.double().numpy(), w.double().numpy(), 1e-6)
         u = ulp(exact, dt)
         a = orders["cast, then gain (llama, t5)"].double().numpy()
         b = orders["cast once (reference, torch, olmo2)"].double().numpy()
@@ -131,7 +133,7 @@ def fp16_overflow(d: int, seed: int) -> dict:
     rows = []
     for a in levels:
         x = (base * a).to(torch.float16)
-        exact = cv.oracle_forward(x.double().numpy(), None, 1e-6)
+        exact = oracle.rms_norm_forward_placed(x.double().numpy(), None, 1e-6)
         half_stats = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)).double().numpy()
         fp32_stats = cv.rms_norm(x, None, 1e-6, convention="llama").double().numpy()
         sq_inf = float(torch.isinf(x.pow(2)).float().mean())
@@ -216,7 +218,6 @@ def eps_placement(d: int, seed: int) -> dict:
 def neox_kernel(seed: int) -> dict:
     """torch's fused LayerNorm kernel vs a two-pass float32 formula: not the same bits, both within the
     policy bound (``tolerances.ln_forward_bound``) of the float64 oracle."""
-    from . import oracle
 
     g = torch.Generator().manual_seed(seed)
     out = {}
@@ -324,7 +325,7 @@ def main(argv=None) -> int:
         ("neox_kernel", lambda: neox_kernel(5)),
     ]
     data = {"machine": machine(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "meta": {"source_hash": source_hash(), "sources": SOURCES, "command": "python -m reference_impl.numerics_study",
+            "meta": {"source_hash": source_hash(), "sources": SOURCES, "command": "python -m reference_impl.studies.numerics",
                      "quick": bool(args.quick)}}
     for name, fn in tqdm(steps, desc="numerics study"):
         data[name] = fn()

@@ -2,7 +2,7 @@
 
 Each function computes one fact on the CPU, deterministically (float64 or exact format arithmetic, fixed
 seeds), so the tests recompute it and compare with the committed data file.
-``python -m reference_impl.advice`` writes ``docs/data/advice.json`` with the machine, versions, date and
+``python -m reference_impl.studies.advice`` writes ``docs/data/advice.json`` with the machine, versions, date and
 a hash of this file.
 
 - :func:`fp16_loss_scale_window`: which gradient magnitudes survive a cast to float16, with and without a
@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .machine import cpu_model
+from ..provenance import cpu_model
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "docs" / "data" / "advice.json"
 FP16 = torch.finfo(torch.float16)
 

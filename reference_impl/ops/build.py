@@ -1,0 +1,141 @@
+"""Build settings for every native library, and the one function that builds and loads them.
+
+The sources live in ``cuda/`` (never an importable package: the CUDA build of torch installs NVIDIA's
+``cuda`` package). Each library is described once here: its source files, its compiler flags. Builds use
+``torch.utils.cpp_extension`` and are cached under ``build/native/<name>`` (git-ignored), so a second load
+is instant.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+SOURCES = REPO / "cuda"
+BUILD_ROOT = REPO / "build" / "native"
+
+
+# --- the normlab CPU library: the op schemas (cuda/ops.cpp) and their CPU kernels ----------------------
+CPU_NAME = "normlab_cpu"
+CPU_SOURCES = ("ops.cpp", "cpu/rms_norm_cpu.cpp", "cpu/layer_norm_cpu.cpp")
+# -ffp-contract=off: no silent a*b+c -> fma, so vector lanes and scalar tails round identically.
+# -fopenmp: at::parallel_for expands to an OpenMP region in the extension's own code.
+CPU_CFLAGS = ("-O3", "-ffp-contract=off", "-fopenmp")
+CPU_LDFLAGS = ("-fopenmp",)
+
+# --- the normlab CUDA kernels: registered under the CUDA dispatch key of the same ops -----------------
+CUDA_NAME = "normlab_cuda"
+CUDA_SOURCES = (
+    "gpu/ops_cuda.cpp",
+    "gpu/rms_forward_steps.cu",
+    "gpu/rms_forward.cu",
+    "gpu/rms_backward.cu",
+    "gpu/layer_norm.cu",
+)
+CUDA_KERNEL_SOURCES = tuple(s for s in CUDA_SOURCES if s.endswith(".cu"))
+CUDA_HEADERS = ("gpu/common.cuh", "gpu/launchers.h")
+# sm_90 machine code plus compute_90 PTX (the same as -gencode arch=compute_90,code=[sm_90,compute_90],
+# written as two flags so no shell ever sees the brackets). Naming an arch also stops cpp_extension from
+# adding its own list of architectures (it would pick every supported one when no GPU is present).
+GENCODE = ("-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_90,code=compute_90")
+CUDA_FLAGS = ("-O3", "-lineinfo", *GENCODE)
+CUDA_CXX_FLAGS = ("-O3",)
+
+# --- the rsqrt study's extensions ----------------------------------------------------------------------
+# -ffp-contract=off: no silent FMA fusion (the classic step must round as written);
+# -fno-math-errno: lets `1.0f / sqrtf(x)` compile to SQRTPS/DIVPS instead of a call guarded for errno.
+RSQRT_CPU_CFLAGS = ("-O3", "-ffp-contract=off", "-fno-math-errno")
+RSQRT_CPU_SOURCES = ("rsqrt/rsqrt_cpu.cpp",)
+RSQRT_GPU_SOURCES = ("rsqrt/rsqrt_gpu.cu", "rsqrt/rsqrt_gpu_bind.cpp")
+
+
+class NativeBuildError(RuntimeError):
+    """Raised when a native extension cannot be built (missing compiler, compile error, ...)."""
+
+
+def _default_cuda_home() -> None:
+    # torch.utils.cpp_extension reads CUDA_HOME once, at import; the nvcc shim on PATH would make it guess
+    # /usr/local, where linking fails. Set it before the first import, for CPU builds too.
+    if "CUDA_HOME" not in os.environ and Path("/usr/local/cuda/bin/nvcc").exists():
+        os.environ["CUDA_HOME"] = "/usr/local/cuda"
+
+
+def _require_compiler(cuda: bool) -> None:
+    _default_cuda_home()
+    cxx = os.environ.get("CXX", "c++")
+    if shutil.which(cxx) is None:
+        raise NativeBuildError(f"no C++ compiler found (looked for {cxx!r} on PATH); install g++ to build the native ops")
+    if cuda:
+        home = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+        if not (Path(home) / "bin" / "nvcc").exists():
+            raise NativeBuildError(
+                f"nvcc not found under CUDA_HOME={home!r}; set CUDA_HOME to the CUDA toolkit (e.g. /usr/local/cuda)"
+            )
+        os.environ["CUDA_HOME"] = home
+
+
+def load_extension(name: str, sources, *, cuda: bool = False, extra_cflags=(), extra_cuda_cflags=(),
+                   extra_ldflags=(), is_python_module: bool = False, verbose: bool = False):
+    """Compile (or reuse the cached build of) ``sources`` (paths relative to ``cuda/``) and load it.
+
+    With ``is_python_module=False`` the library is loaded into the process for its ``TORCH_LIBRARY``
+    registrations and the path of the shared object is returned.
+    """
+    _require_compiler(cuda)
+    from torch.utils import cpp_extension  # imported late: it pulls in setuptools
+
+    build_dir = BUILD_ROOT / name
+    build_dir.mkdir(parents=True, exist_ok=True)
+    srcs = [str(SOURCES / s) for s in sources]
+    try:
+        return cpp_extension.load(
+            name=name,
+            sources=srcs,
+            extra_cflags=list(extra_cflags),
+            extra_cuda_cflags=list(extra_cuda_cflags),
+            extra_ldflags=list(extra_ldflags),
+            build_directory=str(build_dir),
+            with_cuda=cuda,
+            is_python_module=is_python_module,
+            verbose=verbose,
+        )
+    except (RuntimeError, OSError, ImportError) as exc:  # compile or link failure
+        raise NativeBuildError(f"building native extension {name!r} from {sources} failed: {exc}") from exc
+
+
+def load_cpu_library():
+    """Compile (or reuse) and load the normlab CPU library; raises :class:`NativeBuildError` without a compiler."""
+    return load_extension(CPU_NAME, CPU_SOURCES, extra_cflags=CPU_CFLAGS, extra_ldflags=CPU_LDFLAGS)
+
+
+def load_cuda_library(verbose: bool = False):
+    """Compile (or reuse) and load the normlab CUDA kernels. Needs nvcc (``CUDA_HOME``), not a GPU."""
+    _require_compiler(cuda=True)
+    from torch.utils import cpp_extension
+
+    # cpp_extension fixes its CUDA_HOME when first imported; if an earlier CPU-only build imported it
+    # before CUDA_HOME was set, it guessed from the nvcc on PATH. Use the toolkit CUDA_HOME names.
+    home = os.environ["CUDA_HOME"]
+    if cpp_extension.CUDA_HOME != home:
+        cpp_extension.CUDA_HOME = home
+    return load_extension(CUDA_NAME, CUDA_SOURCES, cuda=True, extra_cflags=CUDA_CXX_FLAGS,
+                          extra_cuda_cflags=CUDA_FLAGS, verbose=verbose)
+
+
+def load_rsqrt_cpu():
+    """The rsqrt study's CPU extension (a Python module)."""
+    return load_extension("rsqrt_cpu", RSQRT_CPU_SOURCES, extra_cflags=RSQRT_CPU_CFLAGS, is_python_module=True)
+
+
+def load_rsqrt_gpu(fast_math: bool = False):
+    """The rsqrt study's GPU extension: ``rsqrt_gpu`` (default flags) or ``rsqrt_gpu_fast`` (``-use_fast_math``).
+
+    Both compile ``rsqrt_gpu.cu`` for sm_90 with PTX (``TORCH_CUDA_ARCH_LIST`` defaults to "9.0+PTX" here).
+    """
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0+PTX")
+    variant = ["-DRSQ_FAST=1"] if fast_math else []
+    cuda_flags = ["-O3", "-std=c++17"] + (["-use_fast_math"] if fast_math else []) + variant
+    name = "rsqrt_gpu_fast" if fast_math else "rsqrt_gpu"
+    return load_extension(name, RSQRT_GPU_SOURCES, cuda=True, extra_cflags=["-O3"] + variant,
+                          extra_cuda_cflags=cuda_flags, is_python_module=True)
