@@ -1,0 +1,589 @@
+"""RMSNorm and LayerNorm in Triton, forward and backward, with the numerics of the ``normlab`` ops.
+
+Same contract as :func:`reference_impl.ops.fused_rms_norm` / :func:`~reference_impl.ops.fused_layer_norm`:
+
+- normalization over the last dimension, any leading shape (inputs are made contiguous);
+- ``x`` float32, bfloat16 or float16, the weight (and bias) in x's dtype or float32, outputs in x's dtype;
+- statistics in float32 with eps inside the root: ``rstd = 1 / sqrt_rn(mean(h**2) + eps)``, the mean and
+  the reciprocal each correctly rounded;
+- ``convention="llama"``: ``y = round_x(round_x(h * rstd) * w)`` (normalize in fp32, cast, then the gain),
+  ``convention="gemma"``: ``y = round_x(h * rstd * (1 + w))`` in fp32 with one cast;
+- optional fused residual add: ``h = round_x(x + residual)`` (sum in fp32, one rounding) is normalized and
+  returned as the new residual stream;
+- LayerNorm: ``y = round_x((h - mean) * rstd * w + b)`` with two-pass float32 statistics;
+- dweight (and dbias) deterministic: per-program float32 partial sums over a fixed block of rows, then a
+  second kernel that adds the partials of each column in a fixed order. No atomics, no locks.
+
+Launch shape: the forward runs one program per row. A row of at most ``MAX_SINGLE_BLOCK`` elements is held
+in registers as one tile; a longer row is read in chunks of ``block_size`` elements (``CHUNK`` by default),
+once for the statistics and once more for the output (twice more for LayerNorm's centred variance).
+
+Where the kernels run: CUDA tensors run the compiled kernels. CPU tensors run under Triton's interpreter,
+which must be switched on *before* ``triton`` is imported (``TRITON_INTERPRET=1`` in the environment):
+Triton decides at import time whether its ``@triton.jit`` functions, its own library included, are
+compiled or interpreted. Without it, a CPU tensor gets a ``ValueError`` that says so. The interpreter is
+slow (NumPy, one program after another) and is meant for tests and for reading the kernels step by step.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from .._checks import check_eps, check_input, check_param
+
+__all__ = ["triton_rms_norm", "triton_layer_norm", "rms_norm_fwd", "rms_norm_bwd", "layer_norm_fwd",
+           "layer_norm_bwd", "TritonRMSNormFunction", "TritonLayerNormFunction", "interpreted",
+           "CONVENTIONS", "SUPPORTED_DTYPES", "MAX_SINGLE_BLOCK", "CHUNK"]
+
+CONVENTIONS = ("llama", "gemma")
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+MAX_SINGLE_BLOCK = 8192   # longest row kept in registers as one tile (elements)
+CHUNK = 4096              # chunk width for longer rows
+PARTIAL_BLOCK_ROWS = 16   # partial rows the second dweight kernel adds per step
+PARTIAL_BLOCK_COLS = 128  # columns per program of the second dweight kernel
+
+
+# --8<-- [start:forward]
+@triton.jit
+def _round(v, ty: tl.constexpr, BF16_BY_BITS: tl.constexpr):
+    """Round fp32 values to ty, x's dtype. BF16_BY_BITS is set only under Triton's interpreter with
+    bfloat16 data: it rounds to nearest even on the bit pattern, because the interpreter's own float32 to
+    bfloat16 cast truncates (compiled kernels use the hardware's round-to-nearest-even conversion)."""
+    if BF16_BY_BITS:
+        bits = v.to(tl.uint32, bitcast=True)
+        bits = tl.where(v != v, 0x7FC00000, bits + 0x7FFF + ((bits >> 16) & 1))
+        return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    else:
+        return v.to(ty)
+
+
+@triton.jit
+def _load_h(X, RES, H, offs, mask, HAS_RES: tl.constexpr, STORE_H: tl.constexpr, BF16_BY_BITS: tl.constexpr):
+    """The row chunk to normalize, in fp32: x, or h = round_x(x + residual) (stored once when asked)."""
+    x = tl.load(X + offs, mask=mask, other=0.0)
+    if HAS_RES:
+        r = tl.load(RES + offs, mask=mask, other=0.0)
+        h = _round(x.to(tl.float32) + r.to(tl.float32), X.dtype.element_ty, BF16_BY_BITS)  # one rounding
+        if STORE_H:
+            tl.store(H + offs, h, mask=mask)
+        return h.to(tl.float32)
+    return x.to(tl.float32)
+
+
+@triton.jit
+def _store_y(Y, W, B, offs, cols, mask, h, mean, rstd, IS_RMS: tl.constexpr, GEMMA: tl.constexpr,
+             HAS_W: tl.constexpr, HAS_B: tl.constexpr, BF16_BY_BITS: tl.constexpr):
+    """Normalize a chunk and apply the gain in the convention's order, then write it in x's dtype."""
+    out_ty = Y.dtype.element_ty
+    if IS_RMS:
+        xhat = h * rstd
+        if HAS_W:
+            w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+            if GEMMA:
+                y = xhat * (1.0 + w)                         # gemma: gain 1 + w in fp32, one cast below
+            else:
+                y = _round(xhat, out_ty, BF16_BY_BITS).to(tl.float32) * w  # llama: cast, gain, cast again
+        else:
+            y = xhat
+    else:
+        y = (h - mean) * rstd
+        if HAS_W:
+            y = y * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+        if HAS_B:
+            y = y + tl.load(B + cols, mask=mask, other=0.0).to(tl.float32)
+    tl.store(Y + offs, _round(y, out_ty, BF16_BY_BITS), mask=mask)
+
+
+@triton.jit
+def _norm_fwd_kernel(X, RES, W, B, Y, H, MEAN, RSTD, d, d_f, eps,
+                     IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
+                     HAS_B: tl.constexpr, BLOCK: tl.constexpr, SINGLE: tl.constexpr, BF16_BY_BITS: tl.constexpr):
+    """One program per row. SINGLE: the whole row is one tile held in registers (read once); otherwise the
+    row is read in chunks of BLOCK, once per statistic and once for the output."""
+    row = tl.program_id(0).to(tl.int64)
+    base = row * d
+    if SINGLE:
+        cols = tl.arange(0, BLOCK)
+        mask = cols < d
+        h = _load_h(X, RES, H, base + cols, mask, HAS_RES, True, BF16_BY_BITS)
+        if IS_RMS:
+            mean = 0.0
+            ms = tl.math.div_rn(tl.sum(h * h, axis=0), d_f)
+        else:
+            mean = tl.math.div_rn(tl.sum(h, axis=0), d_f)
+            xc = tl.where(mask, h - mean, 0.0)
+            ms = tl.math.div_rn(tl.sum(xc * xc, axis=0), d_f)
+        rstd = tl.math.div_rn(1.0, tl.sqrt_rn(ms + eps))
+        _store_y(Y, W, B, base + cols, cols, mask, h, mean, rstd, IS_RMS, GEMMA, HAS_W, HAS_B, BF16_BY_BITS)
+    else:
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, d, BLOCK):  # pass 1: sum of squares (RMS) or sum (LN); h is stored here
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < d
+            h = _load_h(X, RES, H, base + cols, mask, HAS_RES, True, BF16_BY_BITS)
+            if IS_RMS:
+                acc += h * h
+            else:
+                acc += h
+        if IS_RMS:
+            mean = 0.0
+            ms = tl.math.div_rn(tl.sum(acc, axis=0), d_f)
+        else:
+            mean = tl.math.div_rn(tl.sum(acc, axis=0), d_f)
+            acc2 = tl.zeros([BLOCK], dtype=tl.float32)
+            for start in range(0, d, BLOCK):  # LayerNorm pass 2: centred sum of squares (two-pass variance)
+                cols = start + tl.arange(0, BLOCK)
+                mask = cols < d
+                h = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS)
+                xc = tl.where(mask, h - mean, 0.0)
+                acc2 += xc * xc
+            ms = tl.math.div_rn(tl.sum(acc2, axis=0), d_f)
+        rstd = tl.math.div_rn(1.0, tl.sqrt_rn(ms + eps))
+        for start in range(0, d, BLOCK):  # last pass: the output (h recomputed from x and the residual)
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < d
+            h = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS)
+            _store_y(Y, W, B, base + cols, cols, mask, h, mean, rstd, IS_RMS, GEMMA, HAS_W, HAS_B, BF16_BY_BITS)
+    tl.store(RSTD + row, rstd)
+    if not IS_RMS:
+        tl.store(MEAN + row, mean)
+# --8<-- [end:forward]
+
+
+# --8<-- [start:backward]
+@triton.jit
+def _grad_terms(DY, H, W, offs, cols, mask, mean, rstd,
+                IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_W: tl.constexpr):
+    """dy, xhat and g = dy * gain for one chunk, in fp32 (zero outside the row)."""
+    dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
+    h = tl.load(H + offs, mask=mask, other=0.0).to(tl.float32)
+    if IS_RMS:
+        xhat = h * rstd
+    else:
+        xhat = tl.where(mask, (h - mean) * rstd, 0.0)
+    if HAS_W:
+        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+        if GEMMA:
+            w = 1.0 + w
+        g = dy * w
+    else:
+        g = dy
+    return dy, xhat, g
+
+
+@triton.jit
+def _norm_bwd_row_stats_kernel(DY, H, W, MEAN, RSTD, C1, C2, d, d_f,
+                               IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_W: tl.constexpr,
+                               BLOCK: tl.constexpr):
+    """Long rows only: per row, c1 = mean(g * xhat) and (LayerNorm) c2 = mean(g), read in chunks."""
+    row = tl.program_id(0).to(tl.int64)
+    base = row * d
+    rstd = tl.load(RSTD + row)
+    mean = 0.0
+    if not IS_RMS:
+        mean = tl.load(MEAN + row)
+    acc1 = tl.zeros([BLOCK], dtype=tl.float32)
+    acc2 = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, d, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        mask = cols < d
+        dy, xhat, g = _grad_terms(DY, H, W, base + cols, cols, mask, mean, rstd, IS_RMS, GEMMA, HAS_W)
+        acc1 += g * xhat
+        acc2 += g
+    tl.store(C1 + row, tl.math.div_rn(tl.sum(acc1, axis=0), d_f))
+    if not IS_RMS:
+        tl.store(C2 + row, tl.math.div_rn(tl.sum(acc2, axis=0), d_f))
+
+
+@triton.jit
+def _norm_bwd_kernel(DY, H, W, MEAN, RSTD, C1, C2, DX, DWP, DBP, n_rows, d, d_f, rows_per_prog,
+                     IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                     BLOCK: tl.constexpr, SINGLE: tl.constexpr, BF16_BY_BITS: tl.constexpr):
+    """Program (p, c) owns rows [p * rows_per_prog, (p + 1) * rows_per_prog) and columns chunk c.
+
+    It writes dx for those rows and columns, and one fp32 partial row of dweight (and dbias): the sum of
+    dy * xhat (dy) over its rows, added in row order. SINGLE: the whole row is the chunk and the per-row
+    means are computed here; otherwise they come from _norm_bwd_row_stats_kernel (C1, C2).
+    """
+    pid = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = cols < d
+    dw_acc = tl.zeros([BLOCK], dtype=tl.float32)
+    db_acc = tl.zeros([BLOCK], dtype=tl.float32)
+    row0 = pid.to(tl.int64) * rows_per_prog
+    for i in range(0, rows_per_prog):
+        row = row0 + i
+        if row < n_rows:
+            rstd = tl.load(RSTD + row)
+            mean = 0.0
+            if not IS_RMS:
+                mean = tl.load(MEAN + row)
+            offs = row * d + cols
+            dy, xhat, g = _grad_terms(DY, H, W, offs, cols, mask, mean, rstd, IS_RMS, GEMMA, HAS_W)
+            if SINGLE:
+                c1 = tl.math.div_rn(tl.sum(g * xhat, axis=0), d_f)
+                if IS_RMS:
+                    c2 = 0.0
+                else:
+                    c2 = tl.math.div_rn(tl.sum(g, axis=0), d_f)
+            else:
+                c1 = tl.load(C1 + row)
+                c2 = 0.0
+                if not IS_RMS:
+                    c2 = tl.load(C2 + row)
+            if IS_RMS:
+                dx = rstd * (g - xhat * c1)
+            else:
+                dx = rstd * (g - c2 - xhat * c1)
+            tl.store(DX + offs, _round(dx, DX.dtype.element_ty, BF16_BY_BITS), mask=mask)
+            if HAS_W:
+                dw_acc += dy * xhat
+            if HAS_B:
+                db_acc += dy
+    if HAS_W:
+        tl.store(DWP + pid.to(tl.int64) * d + cols, dw_acc, mask=mask)
+    if HAS_B:
+        tl.store(DBP + pid.to(tl.int64) * d + cols, db_acc, mask=mask)
+# --8<-- [end:backward]
+
+
+# --8<-- [start:partials]
+@triton.jit
+def _sum_partials_kernel(PART, OUT, n_part, d, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr,
+                         BF16_BY_BITS: tl.constexpr):
+    """OUT[c] = sum over p of PART[p, c], for BLOCK_C columns per program.
+
+    The partial rows are added BLOCK_P at a time, element by element in a [BLOCK_P, BLOCK_C] fp32 tile,
+    then the tile's BLOCK_P rows are reduced by one tl.sum. Every step is fixed by (n_part, d) and the
+    two block sizes, so the result is the same bits on every run.
+    """
+    cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cmask = cols < d
+    acc = tl.zeros([BLOCK_P, BLOCK_C], dtype=tl.float32)
+    for p0 in range(0, n_part, BLOCK_P):
+        prow = p0 + tl.arange(0, BLOCK_P)
+        offs = prow.to(tl.int64)[:, None] * d + cols[None, :]
+        m = (prow[:, None] < n_part) & cmask[None, :]
+        acc += tl.load(PART + offs, mask=m, other=0.0)
+    tl.store(OUT + cols, _round(tl.sum(acc, axis=0), OUT.dtype.element_ty, BF16_BY_BITS), mask=cmask)
+# --8<-- [end:partials]
+
+
+# ------------------------------------------------------------------------------------------------------
+# host side: checks, launch settings, the autograd functions
+# ------------------------------------------------------------------------------------------------------
+
+def interpreted() -> bool:
+    """True when Triton was imported with ``TRITON_INTERPRET=1`` (its kernels run on the CPU)."""
+    return not isinstance(_norm_fwd_kernel, triton.runtime.jit.JITFunction)
+
+
+def _bf16_by_bits(dtype: torch.dtype) -> bool:
+    """Round to bfloat16 by integer arithmetic: only under the interpreter (see _round)."""
+    return dtype == torch.bfloat16 and interpreted()
+
+
+def _check_device(x: torch.Tensor) -> None:
+    if x.is_cuda:
+        return
+    if x.device.type != "cpu":
+        raise ValueError(f"the Triton ops run on CUDA tensors (or CPU tensors under the interpreter); x is on {x.device}")
+    if not interpreted():
+        raise ValueError(
+            "x is a CPU tensor: the compiled Triton kernels need a CUDA tensor. To run them on the CPU, set "
+            "TRITON_INTERPRET=1 in the environment before triton is first imported (Triton reads it then); "
+            f"this process imported triton without it (TRITON_INTERPRET={os.environ.get('TRITON_INTERPRET')!r})")
+
+
+def _check_x(x, fn: str) -> None:
+    check_input(x)
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"{fn} supports float32, bfloat16 and float16; x has dtype {x.dtype} "
+                        "(use reference_impl.rms_norm / layer_norm for float64)")
+    if x.shape[-1] == 0:
+        raise ValueError("x has an empty last dimension; there is nothing to normalize over")
+
+
+def _check_p(p, x, name: str) -> None:
+    check_param(p, x, name)
+    if p is not None and p.dtype not in (x.dtype, torch.float32):
+        raise TypeError(f"{name} has dtype {p.dtype}; the Triton op needs x's dtype ({x.dtype}) or float32")
+
+
+def _check_convention(convention) -> bool:
+    if not isinstance(convention, str):
+        raise TypeError(f"convention must be a string, got {type(convention).__name__}")
+    if convention not in CONVENTIONS:
+        raise ValueError(f"unknown convention {convention!r}; expected one of {sorted(CONVENTIONS)}")
+    return convention == "gemma"
+
+
+def _check_like(t, x, name: str):
+    """A tensor that must match x in shape, dtype and device (residual, dy)."""
+    check_input(t, name)
+    if t.shape != x.shape:
+        raise ValueError(f"{name} has shape {tuple(t.shape)} but x has shape {tuple(x.shape)}; they must match")
+    if t.dtype != x.dtype:
+        raise TypeError(f"{name} has dtype {t.dtype} but x has dtype {x.dtype}; they must match")
+    if t.device != x.device:
+        raise ValueError(f"{name} is on {t.device} but x is on {x.device}")
+    return t.contiguous()
+
+
+def _settings(d: int, block_size):
+    """(BLOCK, SINGLE, num_warps) for rows of d elements. block_size forces the tile width (a power of two
+    of at least 16); a row longer than the tile is processed in chunks."""
+    if block_size is None:
+        single_block = max(16, triton.next_power_of_2(d))
+        block = single_block if single_block <= MAX_SINGLE_BLOCK else CHUNK
+    else:
+        if isinstance(block_size, bool) or not isinstance(block_size, int):
+            raise TypeError(f"block_size must be an int or None, got {type(block_size).__name__}")
+        if block_size < 16 or block_size & (block_size - 1):
+            raise ValueError(f"block_size must be a power of two of at least 16, got {block_size}")
+        block = block_size
+    num_warps = 4 if block < 2048 else 8 if block < 8192 else 16
+    return block, d <= block, num_warps
+
+
+def _num_partials(n_rows: int, device: torch.device, num_partials) -> int:
+    """How many row blocks the backward splits the rows into (one fp32 partial dweight row each)."""
+    if num_partials is not None:
+        if isinstance(num_partials, bool) or not isinstance(num_partials, int) or num_partials < 1:
+            raise ValueError(f"num_partials must be a positive int, got {num_partials!r}")
+        return min(num_partials, n_rows)
+    if device.type == "cuda":
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        return min(n_rows, 4 * sms)
+    return min(n_rows, 4)
+
+
+def _sum_partials(part: torch.Tensor, d: int, dtype: torch.dtype) -> torch.Tensor:
+    out = torch.empty(d, dtype=dtype, device=part.device)
+    grid = (triton.cdiv(d, PARTIAL_BLOCK_COLS),)
+    _sum_partials_kernel[grid](part, out, part.shape[0], d, BLOCK_P=PARTIAL_BLOCK_ROWS,
+                               BLOCK_C=PARTIAL_BLOCK_COLS, BF16_BY_BITS=_bf16_by_bits(dtype), num_warps=4)
+    return out
+
+
+def _fwd(x, weight, bias, residual, eps, is_rms, gemma, block_size):
+    d = x.shape[-1]
+    x2 = x.contiguous().view(-1, d)
+    n = x2.shape[0]
+    res2 = None if residual is None else residual.contiguous().view(-1, d)
+    y = torch.empty_like(x2)
+    h = torch.empty_like(x2) if res2 is not None else None
+    rstd = torch.empty(n, dtype=torch.float32, device=x.device)
+    mean = None if is_rms else torch.empty(n, dtype=torch.float32, device=x.device)
+    if n > 0:
+        block, single, nw = _settings(d, block_size)
+        dummy = x2
+        _norm_fwd_kernel[(n,)](
+            x2, dummy if res2 is None else res2, dummy if weight is None else weight.contiguous(),
+            dummy if bias is None else bias.contiguous(), y, dummy if h is None else h,
+            rstd if mean is None else mean, rstd, d, float(d), float(eps),
+            IS_RMS=is_rms, GEMMA=gemma, HAS_RES=res2 is not None, HAS_W=weight is not None,
+            HAS_B=bias is not None, BLOCK=block, SINGLE=single, BF16_BY_BITS=_bf16_by_bits(x.dtype), num_warps=nw)
+    lead = x.shape[:-1]
+    return (y.view(x.shape), None if h is None else h.view(x.shape), rstd.view(lead),
+            None if mean is None else mean.view(lead))
+
+
+def _bwd(dy, h, weight, has_bias, bias_dtype, mean, rstd, is_rms, gemma, block_size, num_partials):
+    d = h.shape[-1]
+    h2 = h.contiguous().view(-1, d)
+    dy2 = dy.contiguous().view(-1, d)
+    n = h2.shape[0]
+    dx = torch.empty_like(h2)
+    dw = db = None
+    if n == 0:
+        if weight is not None:
+            dw = torch.zeros(d, dtype=weight.dtype, device=h.device)
+        if has_bias:
+            db = torch.zeros(d, dtype=bias_dtype, device=h.device)
+        return dx.view(h.shape), dw, db
+    block, single, nw = _settings(d, block_size)
+    p = _num_partials(n, h.device, num_partials)
+    rows_per_prog = triton.cdiv(n, p)
+    p = triton.cdiv(n, rows_per_prog)  # no program without rows
+    rstd2 = rstd.contiguous().view(-1)
+    mean2 = rstd2 if mean is None else mean.contiguous().view(-1)
+    w = h2 if weight is None else weight.contiguous()
+    f32 = dict(dtype=torch.float32, device=h.device)
+    dwp = torch.empty((p, d), **f32) if weight is not None else rstd2
+    dbp = torch.empty((p, d), **f32) if has_bias else rstd2
+    if single:
+        c1 = c2 = rstd2
+    else:
+        c1 = torch.empty(n, **f32)
+        c2 = torch.empty(n, **f32) if not is_rms else c1
+        _norm_bwd_row_stats_kernel[(n,)](dy2, h2, w, mean2, rstd2, c1, c2, d, float(d), IS_RMS=is_rms,
+                                         GEMMA=gemma, HAS_W=weight is not None, BLOCK=block, num_warps=nw)
+    grid = (p, triton.cdiv(d, block))
+    _norm_bwd_kernel[grid](dy2, h2, w, mean2, rstd2, c1, c2, dx, dwp, dbp, n, d, float(d), rows_per_prog,
+                           IS_RMS=is_rms, GEMMA=gemma, HAS_W=weight is not None, HAS_B=has_bias,
+                           BLOCK=block, SINGLE=single, BF16_BY_BITS=_bf16_by_bits(h.dtype), num_warps=nw)
+    if weight is not None:
+        dw = _sum_partials(dwp, d, weight.dtype)
+    if has_bias:
+        db = _sum_partials(dbp, d, bias_dtype)
+    return dx.view(h.shape), dw, db
+
+
+# --8<-- [start:host]
+def rms_norm_fwd(x, weight=None, residual=None, eps=1e-6, convention="llama", block_size=None):
+    """Forward kernel only: returns ``(y, h, rstd)``; ``h`` (the rounded ``x + residual``) is None
+    without a residual, ``rstd`` float32 of shape ``x.shape[:-1]``."""
+    _check_x(x, "rms_norm_fwd")
+    _check_p(weight, x, "weight")
+    eps = check_eps(eps)
+    gemma = _check_convention(convention)
+    if residual is not None:
+        residual = _check_like(residual, x, "residual")
+    _check_device(x)
+    y, h, rstd, _ = _fwd(x, weight, None, residual, eps, True, gemma, block_size)
+    return y, h, rstd
+
+
+def rms_norm_bwd(dy, h, weight, rstd, convention="llama", block_size=None, num_partials=None):
+    """Backward kernels only: ``(dh, dweight)`` for the normalized input ``h`` (x, or x + residual).
+
+    ``num_partials`` sets how many row blocks (fp32 partial dweight rows) the rows are split into; by
+    default four per multiprocessor on a GPU, four on the CPU, never more than the rows.
+    """
+    _check_x(h, "rms_norm_bwd")
+    dy = _check_like(dy, h, "dy")
+    _check_p(weight, h, "weight")
+    gemma = _check_convention(convention)
+    _check_device(h)
+    dx, dw, _ = _bwd(dy, h, weight, False, None, None, rstd, True, gemma, block_size, num_partials)
+    return dx, dw
+# --8<-- [end:host]
+
+
+def layer_norm_fwd(x, weight=None, bias=None, eps=1e-5, block_size=None):
+    """LayerNorm forward kernel only: returns ``(y, mean, rstd)`` (float32 statistics per row)."""
+    _check_x(x, "layer_norm_fwd")
+    _check_p(weight, x, "weight")
+    _check_p(bias, x, "bias")
+    eps = check_eps(eps)
+    _check_device(x)
+    y, _, rstd, mean = _fwd(x, weight, bias, None, eps, False, False, block_size)
+    return y, mean, rstd
+
+
+def layer_norm_bwd(dy, x, weight, bias, mean, rstd, block_size=None, num_partials=None):
+    """LayerNorm backward kernels only: ``(dx, dweight, dbias)``."""
+    _check_x(x, "layer_norm_bwd")
+    dy = _check_like(dy, x, "dy")
+    _check_p(weight, x, "weight")
+    _check_p(bias, x, "bias")
+    _check_device(x)
+    return _bwd(dy, x, weight, bias is not None, None if bias is None else bias.dtype, mean, rstd, False,
+                False, block_size, num_partials)
+
+
+# --8<-- [start:autograd]
+class TritonRMSNormFunction(torch.autograd.Function):
+    """``apply(x, weight, eps, residual, convention, block_size)`` -> ``y``, or ``(y, h)`` with a residual."""
+
+    @staticmethod
+    def forward(ctx, x, weight, eps, residual, convention, block_size):
+        gemma = convention == "gemma"
+        y, h, rstd, _ = _fwd(x, weight, None, residual, eps, True, gemma, block_size)
+        ctx.save_for_backward(x if h is None else h, weight, rstd)  # backward needs the normalized h
+        ctx.gemma, ctx.block_size, ctx.has_residual = gemma, block_size, residual is not None
+        ctx.mark_non_differentiable(rstd)
+        return y if h is None else (y, h)
+
+    @staticmethod
+    def backward(ctx, dy, dh_out=None):
+        h, weight, rstd = ctx.saved_tensors
+        if dy is None:  # only the new residual stream was used
+            dy = torch.zeros_like(h)
+        dh, dw, _ = _bwd(dy, h, weight, False, None, None, rstd, True, ctx.gemma, ctx.block_size, None)
+        if ctx.has_residual and dh_out is not None:
+            dh = dh + dh_out  # h is an output too: its own gradient joins the normalization's
+        need = ctx.needs_input_grad
+        return (dh if need[0] else None), (dw if need[1] else None), None, \
+            (dh if ctx.has_residual and need[3] else None), None, None
+# --8<-- [end:autograd]
+
+
+class TritonLayerNormFunction(torch.autograd.Function):
+    """``apply(x, weight, bias, eps, block_size)`` -> ``y``."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps, block_size):
+        y, _, rstd, mean = _fwd(x, weight, bias, None, eps, False, False, block_size)
+        ctx.save_for_backward(x, weight, mean, rstd)
+        ctx.bias_dtype, ctx.block_size = None if bias is None else bias.dtype, block_size
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, mean, rstd = ctx.saved_tensors
+        dx, dw, db = _bwd(dy, x, weight, ctx.bias_dtype is not None, ctx.bias_dtype, mean, rstd, False, False,
+                          ctx.block_size, None)
+        need = ctx.needs_input_grad
+        return (dx if need[0] else None), (dw if need[1] else None), (db if need[2] else None), None, None
+
+
+def triton_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
+                    residual: torch.Tensor | None = None, convention: str = "llama", *, block_size: int | None = None):
+    """RMSNorm over the last dimension in Triton, optionally fused with the residual add.
+
+    Same arguments and numerics as :func:`reference_impl.ops.fused_rms_norm`.
+
+    Args:
+        x: ``(..., d)`` tensor, float32, bfloat16 or float16; CUDA (compiled kernels), or CPU under
+            ``TRITON_INTERPRET=1``.
+        weight: gain of shape ``(d,)`` in x's dtype or float32, or ``None``.
+        eps: non-negative number added to the mean square inside the square root.
+        residual: ``None``, or a tensor of x's shape and dtype: ``h = round_x(x + residual)`` is normalized
+            and returned as the new residual stream.
+        convention: ``"llama"`` (``round_x(round_x(h * rstd) * weight)``) or ``"gemma"``
+            (``round_x(h * rstd * (1 + weight))``).
+        block_size: tile width (power of two, at least 16); rows longer than it are read in chunks.
+            ``None`` picks the row length rounded up to a power of two, or ``CHUNK`` past ``MAX_SINGLE_BLOCK``.
+
+    Returns:
+        ``y`` of x's shape and dtype, or ``(y, h)`` with a residual; differentiable in ``x``, ``weight``
+        and ``residual``, with a deterministic ``weight`` gradient.
+
+    Raises:
+        TypeError: non-tensor input; a dtype other than float32/bfloat16/float16 for x (residual: x's);
+            weight dtype other than x's or float32; a non-string convention; a bad ``block_size`` type.
+        ValueError: 0-d x or an empty last dimension; weight or residual of the wrong shape or device; bad
+            ``eps``; unknown convention; ``block_size`` not a power of two >= 16; a CPU tensor without the
+            interpreter, or a device other than CPU and CUDA.
+    """
+    _check_x(x, "triton_rms_norm")
+    _check_p(weight, x, "weight")
+    eps = check_eps(eps)
+    _check_convention(convention)
+    if residual is not None:
+        residual = _check_like(residual, x, "residual")
+    _settings(x.shape[-1], block_size)
+    _check_device(x)
+    return TritonRMSNormFunction.apply(x, weight, eps, residual, convention, block_size)
+
+
+def triton_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                      eps: float = 1e-5, *, block_size: int | None = None) -> torch.Tensor:
+    """LayerNorm over the last dimension in Triton: ``round_x((h - mean) * rstd * weight + bias)``.
+
+    Same arguments and numerics as :func:`reference_impl.ops.fused_layer_norm` (two-pass float32
+    statistics, biased variance); ``block_size`` and the devices as :func:`triton_rms_norm`. Differentiable
+    in ``x``, ``weight`` and ``bias``; the weight and bias gradients are deterministic.
+    """
+    _check_x(x, "triton_layer_norm")
+    _check_p(weight, x, "weight")
+    _check_p(bias, x, "bias")
+    eps = check_eps(eps)
+    _settings(x.shape[-1], block_size)
+    _check_device(x)
+    return TritonLayerNormFunction.apply(x, weight, bias, eps, block_size)
