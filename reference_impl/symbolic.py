@@ -444,6 +444,30 @@ def registry() -> dict[str, Formula]:
                              rf"\text{{bytes}}_{{\text{{{name}, {pass_[0]}wd}}}}", bytes_per_row(norm, pass_, {f.id: f for f in F}),
                              {}, "count"))
 
+    # equivalence of Pre-LN and Pre-RMSNorm models, gain folding, rotation (reference_impl/equivalence.py,
+    # page training.md; tests/test_equivalence.py)
+    W_, b_ = IndexedBase("W", real=True), IndexedBase("b", real=True)
+    Q_ = sp.Symbol("Q", commutative=False)
+    F.append(Formula("equiv.centre_weight", "Centring a writer of the residual stream: its weight", IndexedBase(r"\tilde{W}")[i, m],
+                     W_[i, m] - sum_over(W_[j, m]) / d, {}, "definition"))
+    F.append(Formula("equiv.centre_bias", "Centring a writer of the residual stream: its bias", IndexedBase(r"\tilde{b}")[i],
+                     b_[i] - sum_over(b_[j]) / d, {}, "definition"))
+    F.append(Formula("equiv.ms_split", "Mean square = variance + squared mean", ms, var + mu ** 2,
+                     {ms: MS, var: VAR, mu: MU}, "identity", proof_lhs=MS))
+    F.append(Formula("equiv.rms_split", "RMSNorm of a row that is not centred", y_i,
+                     gamma[i] * r * (x[i] - mu) + gamma[i] * mu * r, {**RMS_DEFS, mu: MU}, "identity",
+                     proof_lhs=RMS_Y, order="rev-lex"))
+    F.append(Formula("equiv.rms_mean", "Mean of RMSNorm's output at unit gain", sum_over(xhat[j]) / d, mu * r,
+                     {**RMS_DEFS, mu: MU}, "identity"))
+    F.append(Formula("equiv.fold_weight", "Folding a norm's gain into the next linear layer", IndexedBase(r"W^{\prime}")[i, j],
+                     W_[i, j] * gamma[j], {}, "definition"))
+    F.append(Formula("equiv.fold_bias", "Folding a norm's bias into the next linear layer's bias", IndexedBase(r"b^{\prime}")[i],
+                     b_[i] + sum_over(W_[i, j] * beta[j]), {}, "definition"))
+    F.append(Formula("equiv.rotation", "RMSNorm (unit gain) commutes with an orthogonal Q (row vectors)",
+                     RMSNorm(x * Q_, eps), RMSNorm(x, eps) * Q_, RMS_DEFS, "claim",
+                     note="computational invariance, arXiv:2401.15024 (SliceGPT) and arXiv:2404.00456 (QuaRot); "
+                          "judged by tests/test_equivalence.py"))
+
     # the article's gradient (claim C12), quoted so that a test can judge it: y is the output gamma*xhat
     F.append(Formula("claim.c12", "The article's RMSNorm gradient, as quoted", xbar_i,
                      gamma[i] * r * (dy[i] - (gamma[i] * xhat[i]) / d
