@@ -330,3 +330,59 @@ def mean_shift(h: torch.Tensor) -> torch.Tensor:
     """Per row, mean / RMS: the weight of the all-ones direction that RMSNorm (unit gain) keeps."""
     h = h.double()
     return h.mean(-1) / h.pow(2).mean(-1).sqrt()
+
+
+# ------------------------------------------------------------------------- how close is close enough
+
+
+def path_lengths(model: nn.Module, seq_len: int) -> list[int]:
+    """Rounded operations on the longest path from the input to each norm, then to the logits (last entry).
+
+    Per block: a norm (d//2 + 6, the count of the tolerance policy), the QKV product (d), a score (head
+    size + 1), the softmax (seq + 3), the weighted sum of values (seq), the output projection (d), the
+    residual add (1); then a norm, the MLP's first product (d), its activation (8), its second product
+    (hidden size of the MLP) and an add. The head adds a norm, a product of length d and its bias.
+    """
+    cfg = model.config
+    d = cfg.hidden_size
+    heads = cfg.num_attention_heads
+    ff = getattr(cfg, "n_inner", None) or getattr(cfg, "intermediate_size", None) or 4 * d
+    norm = d // 2 + 6
+    attn = norm + d + d // heads + 1 + (seq_len + 3) + seq_len + d + 1
+    mlp = norm + d + 8 + ff + 1
+    out, n = [], 0
+    for _ in range(cfg.num_hidden_layers):
+        out.append(n)
+        out.append(n + attn - norm)   # the second norm reads the stream after the attention branch
+        n += attn + mlp
+    out.append(n)
+    out.append(n + norm + d + 1)
+    return out
+
+
+@torch.no_grad()
+def logit_bound(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """Allowed |difference| per logit between two evaluations of the same function that differ only in
+    rounding (the LayerNorm model and its RMSNorm conversion, in the model's dtype).
+
+    First-order and per evaluation: gamma(n, u) times the magnitude ``sum_h |y_h W_vh| + |b_v|`` of the
+    head's dot product, n being the longest path of :func:`path_lengths`; twice that for two evaluations.
+    It assumes no layer amplifies a relative error (each norm re-scales its input); a transformation that
+    changes the function (a missing centring, a tied head) lands orders of magnitude above it.
+    """
+    from .tolerances import gamma, unit_roundoff
+
+    lay = layout(model)
+    parent, attr = lay.norms[-1]
+    seen = []
+    hook = getattr(parent, attr).register_forward_hook(lambda m, a, y: seen.append(y.detach()))
+    try:
+        model(input_ids=ids)
+    finally:
+        hook.remove()
+    head = getattr(*lay.head)
+    mag = seen[0].abs() @ head.weight.abs().T
+    if getattr(head, "bias", None) is not None:
+        mag = mag + head.bias.abs()
+    n = path_lengths(model, ids.shape[-1])[-1]
+    return 2 * gamma(n, unit_roundoff(head.weight.dtype)) * mag
