@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import reference_impl as ri
+from reference_impl.provenance import source_hash
 from reference_impl.studies import advice
 from reference_impl import tolerances as tol
 
@@ -38,10 +39,10 @@ def _close(a, b, path="") -> list[str]:
 def test_advice_data_file_is_current():
     """The committed file holds what the current code measures, and records machine, versions and source."""
     stored = json.loads(DATA.read_text())
-    for key in ("machine", "versions", "date", "source_sha256"):
-        assert key in stored, key
-    assert {"cpu", "cores"} <= set(stored["machine"]) and {"torch", "python"} <= set(stored["versions"])
-    assert stored["source_sha256"] == advice.source_hash(), "reference_impl/studies/advice.py changed: rerun python -m reference_impl.studies.advice"
+    prov = stored["provenance"]
+    assert {"cpu", "cores"} <= set(prov["machine"]) and {"torch", "python"} <= set(prov["versions"])
+    assert prov["sources"] == advice.SOURCES and prov["source_hash"] == source_hash(advice.SOURCES), (
+        "reference_impl/studies/advice.py changed: rerun python -m reference_impl.studies.advice")
     fresh = advice.measure()
     diffs = _close({k: stored[k] for k in fresh}, json.loads(json.dumps(fresh)))
     assert not diffs, "docs/data/advice.json is stale:\n" + "\n".join(diffs)

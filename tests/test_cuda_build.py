@@ -78,7 +78,7 @@ def _report():
 @pytest.mark.guards("cuda.resources")
 def test_resource_report_matches_the_current_sources():
     data = _report()
-    assert data["source_hash"] == cuda_build_report.source_hash(), (
+    assert data["provenance"]["source_hash"] == cuda_build_report.source_hash(), (
         "docs/data/cuda_resources.json was made from other sources or flags: "
         "run python -m reference_impl.studies.cuda_resources")
     assert re.match(r"\d+\.\d+ \(V[\d.]+\)", data["nvcc"]) and data["arch"] == "sm_90"

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from reference_impl.provenance import source_hash
 from reference_impl.studies import numerics as ns
 from reference_impl import tolerances as tol
 
@@ -18,12 +19,13 @@ pytestmark = pytest.mark.guards("data:numerics.json")
 
 
 def test_meta_names_machine_versions_and_current_sources():
-    meta, machine = DATA["meta"], DATA["machine"]
-    assert machine["cpu"] and machine["cores"] >= 1 and machine["python"]
-    assert machine["torch"] == torch.__version__
-    assert DATA["date"][:4].isdigit() and meta["quick"] is False
-    assert meta["source_hash"] == ns.source_hash(), "sources changed: rerun python -m reference_impl.studies.numerics"
-    for name in meta["plots"]:
+    prov = DATA["provenance"]
+    assert prov["machine"]["cpu"] and prov["machine"]["cores"] >= 1 and prov["versions"]["python"]
+    assert prov["versions"]["torch"] == torch.__version__
+    assert prov["date"][:4].isdigit() and prov["quick"] is False
+    assert prov["sources"] == ns.SOURCES and prov["source_hash"] == source_hash(ns.SOURCES), (
+        "sources changed: rerun python -m reference_impl.studies.numerics")
+    for name in DATA["plots"]:
         text = (REPO / "docs" / "data" / "plots" / name).read_text()
         assert text.lstrip().startswith("<?xml") and "<svg" in text
 

@@ -396,7 +396,8 @@ def test_study_command_writes_data_and_plots(tmp_path):
     assert rsqrt_study.main(["--stride", "65537", "--quick", "--quiet", "--out", str(out), "--plots", str(tmp_path)]) == 0
     d = json.loads(out.read_text())
     assert d["exhaustive"] is False and d["stride"] == 65537
-    assert d["machine"]["cpu"] and d["source_hash"] == rsqrt_study.source_hash()
+    prov = d["provenance"]
+    assert prov["machine"]["cpu"] and prov["source_hash"] == rsqrt_study.source_hash() and prov["quick"] is True
     for p in ("rsqrt_binade.svg", "rsqrt_newton.svg", "rsqrt_ulp_hist.svg", "rsqrt_throughput.svg"):
         assert (tmp_path / p).read_text().lstrip().startswith("<?xml")
     if not torch.cuda.is_available():  # --gpu refuses cleanly without a device (writes nothing)
@@ -411,8 +412,9 @@ def test_committed_data_is_exhaustive_current_and_within_documented_bounds():
     d = json.loads(DATA.read_text())
     assert d["exhaustive"] is True and d["stride"] == 1
     assert d["inputs"]["total"] == 2**31 - 2**23 - 1 == R.N_POSITIVE_FINITE
-    assert d["source_hash"] == rsqrt_study.source_hash(), "sources changed since the study ran: rerun it"
-    assert d["machine"]["cpu"] and d["machine"]["cores"] >= 1 and d["date"]
+    prov = d["provenance"]
+    assert prov["source_hash"] == rsqrt_study.source_hash(), "sources changed since the study ran: rerun it"
+    assert prov["machine"]["cpu"] and prov["machine"]["cores"] >= 1 and prov["date"] and prov["quick"] is False
     assert d["reference"]["ties"] == 0
     for name, m in d["methods"].items():
         if not m["available"]:

@@ -2,8 +2,8 @@
 
 Each function computes one fact on the CPU, deterministically (float64 or exact format arithmetic, fixed
 seeds), so the tests recompute it and compare with the committed data file.
-``python -m reference_impl.studies.advice`` writes ``docs/data/advice.json`` with the machine, versions, date and
-a hash of this file.
+``python -m reference_impl.studies.advice`` writes ``docs/data/advice.json`` with its ``provenance`` block
+(machine, versions, date, a hash of this file; :mod:`reference_impl.provenance`).
 
 - :func:`fp16_loss_scale_window`: which gradient magnitudes survive a cast to float16, with and without a
   fixed loss scale (claim C19).
@@ -15,12 +15,8 @@ a hash of this file.
 """
 from __future__ import annotations
 
-import datetime as _dt
-import hashlib
 import json
 import math
-import os
-import platform
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -28,11 +24,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..provenance import cpu_model
+from ..provenance import finish, python_closure, record
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "docs" / "data" / "advice.json"
 FP16 = torch.finfo(torch.float16)
+COMMAND = "python -m reference_impl.studies.advice"
+SOURCES = python_closure("reference_impl/studies/advice.py")
 
 
 def _fp16(values: np.ndarray) -> np.ndarray:
@@ -194,26 +192,15 @@ def measure() -> dict:
     }
 
 
-def source_hash() -> str:
-    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
-
-
 def main(argv=None) -> int:
-    import transformers
     from tqdm import tqdm
 
+    prov = record(COMMAND, SOURCES, packages=("torch", "numpy", "transformers"))
     steps = tqdm(total=1, desc="advice facts", disable=not sys.stderr.isatty())
     facts = measure()
     steps.update(1)
     steps.close()
-    payload = {
-        "machine": {"cpu": cpu_model(), "cores": os.cpu_count()},
-        "versions": {"python": platform.python_version(), "torch": torch.__version__,
-                     "numpy": np.__version__, "transformers": transformers.__version__},
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "source_sha256": source_hash(),
-        **facts,
-    }
+    payload = {"provenance": finish(prov), **facts}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps(payload, indent=1) + "\n")
     print(f"wrote {OUT.relative_to(REPO)}")

@@ -18,14 +18,13 @@ gain read twice and its gradient written), N elements of b bytes. ``frac_copy`` 
 GB/s at the same shape and dtype (the forward copy for forward and forward+backward, two copies for the
 residual case). Only this project's kernels are validated; PyTorch's own ops are taken as they are.
 
-Writes ``docs/data/bench_gpu.json`` (device name, driver, torch and CUDA versions, date, the kernels'
-source hash) and, where matplotlib is present, SVG plots under ``docs/data/plots/cuda/``. The file is
+Writes ``docs/data/bench_gpu.json`` (device name, driver, torch and CUDA versions, and the ``provenance``
+block of :mod:`reference_impl.provenance`: machine, date, the sources' hash) and, where matplotlib is present, SVG plots under ``docs/data/plots/cuda/``. The file is
 rewritten after every case with ``"complete": false`` so that a run cut short still leaves its numbers.
 """
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import math
 import platform
@@ -35,6 +34,8 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from ..provenance import finish, python_closure, record
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "docs" / "data" / "bench_gpu.json"
@@ -51,7 +52,8 @@ BLOCK_SWEEP = (64, 128, 256, 512, 1024)
 TARGET_SHAPE = "32768x8192"
 TIME_PER_CONFIG_S = 0.15
 MIN_REPEATS, MAX_REPEATS = 5, 100
-ROTATE_BELOW_BYTES = 512 << 20  # inputs smaller than this are rotated among several copies
+ROTATE_BELOW_BYTES = 512 << 20
+COMMAND = "python -m reference_impl.studies.bench_gpu"  # inputs smaller than this are rotated among several copies
 
 
 def device_info() -> dict:
@@ -206,13 +208,24 @@ def validate(impl: str, d: int, dtype) -> float:
     return float(torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want))
 
 
-def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOTS) -> dict:
+def sources() -> list[str]:
+    """What changes the numbers: the CUDA kernels (comments stripped), the op schemas and this command."""
+    from . import cuda_resources as cuda_build_report
+
+    kernels = [s for s in cuda_build_report.sources() if s.startswith("cuda/")]
+    return kernels + ["cuda/ops.cpp"] + python_closure("reference_impl/studies/bench_gpu.py")
+
+
+def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOTS, quick: bool = False) -> dict:
     from tqdm import tqdm
 
     from ..ops import cuda as cuda_ops
     from . import cuda_resources as cuda_build_report
 
     cuda_ops.ensure_loaded()
+    prov = record(COMMAND, sources(), quick=quick, packages=("torch", "triton"),
+                  machine_extra={"device": device_info_cached()},
+                  hashed_settings=cuda_build_report.hashed_settings())
     try:  # one compiled graph per (shape, dtype, mode): let all of them compile instead of falling back
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     except AttributeError:
@@ -239,7 +252,8 @@ def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOT
         nb = min_bytes(rows, d, dtype, "forward" if mode == "forward" else mode, impl)
         results.setdefault(dn, {}).setdefault(key, {}).setdefault(mode, {})[impl] = {
             "ms": round(ms, 5), "gbps": round(nb / ms / 1e6, 1), "bytes": nb}
-        _write(out, {"complete": False, "device": device_info_cached(), "results": results})
+        _write(out, {"provenance": {k: v for k, v in prov.items() if k != "_t0"}, "complete": False,
+                     "device": device_info_cached(), "results": results})
     cache.clear()
     for dn, by_shape in results.items():
         for key, by_mode in by_shape.items():
@@ -275,11 +289,10 @@ def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOT
                               "gbps": round(nb / ms / 1e6, 1)}
         del base, x
     data = {
+        "provenance": finish(prov),
         "complete": True,
         "what": "GPU forward and forward+backward times of RMSNorm/LayerNorm implementations; GB/s counts minimum bytes",
         "device": device_info_cached(),
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "source_hash": cuda_build_report.source_hash(),
         "method": {"timing": "CUDA events per call, median", "time_per_config_s": TIME_PER_CONFIG_S,
                    "repeats": [MIN_REPEATS, MAX_REPEATS], "eps": EPS, "convention": "llama"},
         "validation_rel_l2": checks,
@@ -343,7 +356,7 @@ def plot(data: dict, out_dir: Path) -> list[str]:
                        width, label=impl)
             ax.set_xticks([i + 0.4 - width / 2 for i in range(len(shapes))], shapes)
             ax.set_ylabel("GB/s (minimum bytes)")
-            ax.set_title(f"{data['device']['name']}, {dn}, {mode} ({data['date'][:10]})")
+            ax.set_title(f"{data['device']['name']}, {dn}, {mode} ({data['provenance']['date'][:10]})")
             ax.legend(fontsize=7, ncol=3)
             fig.tight_layout()
             path = out_dir / f"bench_gpu_{dn}_{mode}.svg"
@@ -367,7 +380,7 @@ def main(argv=None) -> int:
         print("bench_gpu: no CUDA device; nothing measured (run scripts/gpu_check.sh on a GPU machine)")
         return 2
     shapes = [(1024, 1024), (4096, 4096)] if args.quick else SHAPES
-    data = run(shapes=shapes, out=args.out)
+    data = run(shapes=shapes, out=args.out, quick=args.quick)
     print(json.dumps(data["summary"], indent=1))
     return 0
 

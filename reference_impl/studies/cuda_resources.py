@@ -3,15 +3,13 @@
 Runs nvcc on every kernel source in ``cuda/gpu/`` for ``sm_90`` with ``-Xptxas -v`` (registers, spills,
 stack frame, static shared memory, barriers per kernel) and once more to PTX (to count 128-bit global
 loads and stores and any tensor-core ``mma`` instruction per kernel), and writes
-``docs/data/cuda_resources.json`` with the nvcc version, the flags, the machine, the date and a hash of
-the sources and flags. ``tests/test_cuda_build.py`` fails when the hash no longer matches the sources,
-so the Kernels page never shows figures of older code. No GPU is needed.
+``docs/data/cuda_resources.json`` with the nvcc version, the flags and a ``provenance`` block (machine,
+date, a hash of the sources and flags; :mod:`reference_impl.provenance`). The tests fail when the hash no
+longer matches the sources, so the Kernels page never shows figures of older code. No GPU is needed.
 """
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import hashlib
 import json
 import os
 import re
@@ -22,7 +20,8 @@ from pathlib import Path
 from ..ops.build import CUDA_KERNEL_SOURCES as KERNEL_SOURCES
 from ..ops.build import GENCODE
 from ..ops.build import REPO, SOURCES
-from ..provenance import basic_info
+from ..provenance import finish, python_closure, record
+from ..provenance import source_hash as _hash
 
 OUT = REPO / "docs" / "data" / "cuda_resources.json"
 GPU_DIR = SOURCES / "gpu"
@@ -30,6 +29,7 @@ GPU_DIR = SOURCES / "gpu"
 TORCH_NVCC_DEFINES = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSIONS__",
                       "-D__CUDA_NO_BFLOAT16_CONVERSIONS__", "-D__CUDA_NO_HALF2_OPERATORS__")
 REPORT_FLAGS = ("-std=c++17", "-O3", "-arch=sm_90", *TORCH_NVCC_DEFINES)
+COMMAND = "python -m reference_impl.studies.cuda_resources"
 SHORT_TYPES = {"float": "f32", "__half": "f16", "__nv_bfloat16": "bf16", "true": "res", "false": "nores"}
 
 
@@ -42,13 +42,19 @@ def hashed_files() -> list[Path]:
     return sorted(p for p in GPU_DIR.iterdir() if p.suffix in (".cu", ".cuh", ".h"))
 
 
+def sources() -> list[str]:
+    """Repository-relative paths of the kernel sources and of the Python that parses the compiler's report."""
+    return [p.relative_to(REPO).as_posix() for p in hashed_files()] + python_closure(
+        "reference_impl/studies/cuda_resources.py")
+
+
+def hashed_settings() -> list[str]:
+    return [" ".join(REPORT_FLAGS + GENCODE)]
+
+
 def source_hash() -> str:
-    """sha256 over the kernel sources (path and bytes) and the compile flags, as 16 hex digits."""
-    h = hashlib.sha256()
-    for p in hashed_files():
-        h.update(p.relative_to(REPO).as_posix().encode() + b"\0" + p.read_bytes() + b"\0")
-    h.update(" ".join(REPORT_FLAGS + GENCODE).encode())
-    return h.hexdigest()[:16]
+    """The provenance hash of the kernel sources (comments stripped), this parser and the compile flags."""
+    return _hash(sources(), hashed_settings())
 
 
 def nvcc_version() -> str:
@@ -124,13 +130,10 @@ def ptx_counts(src: Path, tmp: Path) -> dict[str, dict]:
     return counts
 
 
-def machine() -> dict:
-    return basic_info()
-
-
 def run(out: Path = OUT) -> dict:
     from tqdm import tqdm
 
+    prov = record(COMMAND, sources(), packages=(), hashed_settings=hashed_settings())
     kernels: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
@@ -143,15 +146,13 @@ def run(out: Path = OUT) -> dict:
                 key = short_name(names[mangled])
                 kernels[key] = {"file": f"cuda/{rel}", "kernel": names[mangled].split("(")[0], **res,
                                 **counts.get(mangled, {})}
+    prov["versions"]["nvcc"] = nvcc_version()
     data = {
+        "provenance": finish(prov),
         "what": "per-kernel resource usage reported by ptxas -v for sm_90, and 128-bit access counts from the PTX",
-        "nvcc": nvcc_version(),
+        "nvcc": prov["versions"]["nvcc"],
         "flags": list(REPORT_FLAGS),
         "arch": "sm_90",
-        "source_hash": source_hash(),
-        "sources": [p.relative_to(REPO).as_posix() for p in hashed_files()],
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "machine": machine(),
         "totals": {
             "kernels": len(kernels),
             "with_spills": sum(1 for k in kernels.values() if k["spill_stores_bytes"] or k["spill_loads_bytes"]),
@@ -172,7 +173,7 @@ def main(argv=None) -> None:
     data = run(args.out)
     t = data["totals"]
     print(f"wrote {args.out}: {t['kernels']} kernels, max {t['max_registers']} registers, "
-          f"{t['with_spills']} with spills, nvcc {data['nvcc']}, hash {data['source_hash']}")
+          f"{t['with_spills']} with spills, nvcc {data['nvcc']}, hash {data['provenance']['source_hash']}")
 
 
 if __name__ == "__main__":

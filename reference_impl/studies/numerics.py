@@ -11,14 +11,14 @@ Writes ``docs/data/numerics.json`` and SVG plots under ``docs/data/plots/`` in o
 - ``eps_placement``: the relative gap between eps inside and outside the root for small-RMS inputs;
 - ``neox_kernel``: torch's fused LayerNorm kernel vs a two-pass formula (why neox calls the kernel).
 
-Every number on the Numerics page comes from this file; the machine, versions and a hash of the sources
-that produced it are recorded with it.
+Every number on the Numerics page comes from this file; its ``provenance`` block
+(:mod:`reference_impl.provenance`) records the machine, versions, date and a hash of the sources that produced
+it. The quantities are deterministic (fixed seeds) up to the last bits of float32 reductions, whose order can
+depend on the CPU's vector width; ``tests/test_data_files.py`` re-runs the study and compares.
 """
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import hashlib
 import importlib
 import json
 import math
@@ -33,29 +33,15 @@ from .. import conventions as cv
 from .. import families as fam
 from .. import oracle
 from .. import tolerances as tol
-from ..provenance import basic_info
+from ..provenance import finish, python_closure, record
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "docs" / "data" / "numerics.json"
 PLOTS = REPO / "docs" / "data" / "plots"
-# the sources whose change invalidates the data file (tests/test_numerics_data.py checks the hash)
-SOURCES = ["reference_impl/conventions.py", "reference_impl/families.py", "reference_impl/oracle.py", "reference_impl/variants.py", "reference_impl/studies/numerics.py"]
+COMMAND = "python -m reference_impl.studies.numerics"
+# the sources whose change invalidates the data file (tests/test_data_files.py checks the hash)
+SOURCES = python_closure("reference_impl/studies/numerics.py")
 HALF = {"bfloat16": torch.bfloat16, "float16": torch.float16}
-
-
-def machine() -> dict:
-    import transformers
-
-    return {**basic_info(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "numpy": np.__version__}
-
-
-def source_hash() -> str:
-    h = hashlib.sha256()
-    for rel in SOURCES:
-        h.update(rel.encode())
-        h.update((REPO / rel).read_bytes())
-    return h.hexdigest()[:16]
 
 
 # ------------------------------------------------------------------------------------------ adoption
@@ -242,14 +228,14 @@ def neox_kernel(seed: int) -> dict:
 
 # ------------------------------------------------------------------------------------------ plots
 
-def plots(data: dict) -> list[str]:
+def plots(data: dict, out_dir: Path = PLOTS) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     plt.rcParams["svg.hashsalt"] = "numerics"  # deterministic ids in the SVG
-    PLOTS.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
     written = []
 
     acc = data["accumulation"]
@@ -268,7 +254,7 @@ def plots(data: dict) -> list[str]:
     ax.legend(fontsize=7)
     ax.grid(True, which="both", lw=0.3)
     fig.tight_layout()
-    fig.savefig(PLOTS / "numerics_accumulation.svg", metadata={"Date": None})
+    fig.savefig(out_dir / "numerics_accumulation.svg", metadata={"Date": None})
     plt.close(fig)
     written.append("numerics_accumulation.svg")
 
@@ -285,7 +271,7 @@ def plots(data: dict) -> list[str]:
     ax.legend(fontsize=8)
     ax.grid(True, which="both", lw=0.3)
     fig.tight_layout()
-    fig.savefig(PLOTS / "numerics_fp16_overflow.svg", metadata={"Date": None})
+    fig.savefig(out_dir / "numerics_fp16_overflow.svg", metadata={"Date": None})
     plt.close(fig)
     written.append("numerics_fp16_overflow.svg")
 
@@ -303,36 +289,40 @@ def plots(data: dict) -> list[str]:
     ax.legend(fontsize=8)
     ax.grid(True, which="both", lw=0.3)
     fig.tight_layout()
-    fig.savefig(PLOTS / "numerics_eps_placement.svg", metadata={"Date": None})
+    fig.savefig(out_dir / "numerics_eps_placement.svg", metadata={"Date": None})
     plt.close(fig)
     written.append("numerics_eps_placement.svg")
     return written
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--quick", action="store_true", help="smaller sizes (for a smoke test); not for the site")
-    args = ap.parse_args(argv)
-    warnings.filterwarnings("ignore")
+def measure(quick: bool = False, progress: bool = True) -> dict:
+    """Every section of the data file (without provenance and plots), from fixed seeds."""
     torch.manual_seed(0)
     steps = [
         ("adoption", lambda: adoption()),
-        ("casting", lambda: casting(64 if args.quick else 256, 4096, 1)),
+        ("casting", lambda: casting(64 if quick else 256, 4096, 1)),
         ("fp16_overflow", lambda: fp16_overflow(1024, 2)),
-        ("accumulation", lambda: accumulation(10 if args.quick else 16, 16, 3)),
+        ("accumulation", lambda: accumulation(10 if quick else 16, 16, 3)),
         ("eps_placement", lambda: eps_placement(1024, 4)),
         ("neox_kernel", lambda: neox_kernel(5)),
     ]
-    data = {"machine": machine(), "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "meta": {"source_hash": source_hash(), "sources": SOURCES, "command": "python -m reference_impl.studies.numerics",
-                     "quick": bool(args.quick)}}
-    for name, fn in tqdm(steps, desc="numerics study"):
-        data[name] = fn()
-    data["meta"]["plots"] = plots(data)
+    return {name: fn() for name, fn in tqdm(steps, desc="numerics study", disable=not progress)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--plots", type=Path, default=PLOTS, help="folder for the SVG plots")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (for a smoke test); not for the site")
+    args = ap.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    prov = record(COMMAND, SOURCES, quick=args.quick, packages=("torch", "numpy", "transformers"))
+    data = {"provenance": prov, **measure(args.quick)}
+    finish(prov)
+    data["plots"] = plots(data, args.plots)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {args.out} and {len(data['meta']['plots'])} plots in {PLOTS}")
+    print(f"wrote {args.out} and {len(data['plots'])} plots in {args.plots}")
     return 0
 
 

@@ -17,12 +17,8 @@ Options: ``--stride N`` sweeps every N-th pattern only (the data file then says 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import hashlib
 import json
 import math
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -31,15 +27,19 @@ import numpy as np
 import torch
 
 from ..ops import rsqrt as R
+from ..provenance import finish, python_closure, record
+from ..provenance import source_hash as _hash
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "docs" / "data"
 PLOTS = DATA / "plots"
 CPU_JSON = DATA / "rsqrt_cpu.json"
 GPU_JSON = DATA / "rsqrt_gpu.json"
+COMMAND = "python -m reference_impl.studies.rsqrt"
+# what changes the numbers: the native methods, their build flags (ops/build.py), this study and what it imports
 SOURCES = ["cuda/rsqrt/rsqrt_common.h", "cuda/rsqrt/rsqrt_cpu.cpp", "cuda/rsqrt/rsqrt_gpu.cu",
-           "cuda/rsqrt/rsqrt_gpu_api.h", "cuda/rsqrt/rsqrt_gpu_bind.cpp", "reference_impl/ops/rsqrt.py",
-           "reference_impl/studies/rsqrt.py"]
+           "cuda/rsqrt/rsqrt_gpu_api.h", "cuda/rsqrt/rsqrt_gpu_bind.cpp",
+           *python_closure("reference_impl/studies/rsqrt.py")]
 SIMD_FLAGS = ("sse", "sse2", "sse3", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f",
               "avx512dq", "avx512cd", "avx512bw", "avx512vl", "avx512er")
 
@@ -63,40 +63,25 @@ RMS_METHODS = ["libm_div_sqrt", "sse_rsqrt", "sse_rsqrt_nr1", "sse_rsqrt_nr2", "
 # ---------------------------------------------------------------------------------------------------
 # Machine and provenance
 # ---------------------------------------------------------------------------------------------------
-def cpuinfo() -> dict:
-    model, vendor, flags = platform.processor() or "unknown", "unknown", []
+def simd_flags() -> list[str]:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, val = line.partition(":")
-            key = key.strip()
-            if key == "model name" and model in ("unknown", platform.processor()):
-                model = val.strip()
-            elif key == "vendor_id" and vendor == "unknown":
-                vendor = val.strip()
-            elif key == "flags" and not flags:
-                flags = val.split()
+            if key.strip() == "flags":
+                return [f for f in SIMD_FLAGS if f in val.split()]
     except OSError:
         pass
-    return {"cpu": model, "vendor": vendor, "simd_flags": [f for f in SIMD_FLAGS if f in flags]}
+    return []
 
 
 def source_hash() -> str:
-    h = hashlib.sha256()
-    for rel in SOURCES:
-        p = REPO / rel
-        h.update(rel.encode())
-        h.update(p.read_bytes() if p.exists() else b"<missing>")
-    return h.hexdigest()[:16]
+    return _hash(SOURCES)
 
 
-def provenance() -> dict:
-    info = cpuinfo()
-    return {
-        "command": "python -m reference_impl.studies.rsqrt",
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "source_hash": source_hash(),
-        "machine": {**info, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__},
-    }
+def provenance(quick: bool = False) -> dict:
+    """The data file's start: the ``provenance`` block of :mod:`reference_impl.provenance`."""
+    return {"provenance": record(COMMAND, SOURCES, quick=quick, packages=("torch", "numpy"),
+                                 machine_extra={"simd_flags": simd_flags()})}
 
 
 def _fx(bits: int) -> dict:
@@ -277,7 +262,7 @@ def render_plots(data: dict, outdir: Path) -> list[Path]:
 
     outdir.mkdir(parents=True, exist_ok=True)
     written = []
-    cpu = data["machine"]["cpu"]
+    cpu = data["provenance"]["machine"]["cpu"]
     prof = data["profile"]
     lo, hi, nb = int(prof["lo"], 16), int(prof["hi"], 16), prof["nbins"]
     xs = R.bits_to_float(np.linspace(lo, hi, nb, endpoint=False).astype(np.uint32)).astype(np.float64)
@@ -387,8 +372,8 @@ def _save(fig, path: Path) -> Path:
 def run_cpu(stride: int = 1, threads: int = 0, quick: bool = False, quiet: bool = False,
             out: Path = CPU_JSON, plots: Path = PLOTS) -> dict:
     t0 = time.time()
-    data = provenance()
-    data["machine"]["mxcsr"] = R.cpu_features().get("mxcsr")
+    data = provenance(quick)
+    data["provenance"]["machine"]["mxcsr"] = R.cpu_features().get("mxcsr")
     meths = R.methods()
     names = [m["name"] for m in meths if m["available"]]
     data["stride"] = stride
@@ -444,6 +429,7 @@ def run_cpu(stride: int = 1, threads: int = 0, quick: bool = False, quiet: bool 
     data["rmsnorm_time"] = run_rmsnorm_time(quick, quiet)
     data["rmsnorm_error"] = rmsnorm_error(rows=64 if quick else 512, d=1024 if quick else 4096)
     data["elapsed_s"] = round(time.time() - t0, 1)
+    finish(data["provenance"])
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(data, indent=1) + "\n")
     render_plots(data, plots)
@@ -499,6 +485,7 @@ def run_gpu(stride: int = 1, quiet: bool = False, out: Path = GPU_JSON, cpu_json
                     same[name] = all(cd[g][k] == gd[g][k] for g in R.GROUPS
                                      for k in ("count", "exact", "nonfinite", "max_ulp_int", "ulp_hist"))
         data["bit_trick_matches_cpu"] = same
+    finish(data["provenance"])
     out.write_text(json.dumps(data, indent=1) + "\n")
     return data
 
@@ -565,7 +552,7 @@ def main(argv=None) -> int:
             print(f"wrote {p}")
         return 0
     d = run_cpu(a.stride, a.threads, a.quick, a.quiet, out, a.plots)
-    print(f"wrote {out} and plots in {a.plots} ({d['machine']['cpu']}, {d['elapsed_s']} s)")
+    print(f"wrote {out} and plots in {a.plots} ({d['provenance']['machine']['cpu']}, {d['elapsed_s']} s)")
     return 0
 
 
