@@ -36,7 +36,7 @@ from .._checks import check_eps, check_input, check_param
 
 __all__ = ["triton_rms_norm", "triton_layer_norm", "rms_norm_fwd", "rms_norm_bwd", "layer_norm_fwd",
            "layer_norm_bwd", "TritonRMSNormFunction", "TritonLayerNormFunction", "interpreted",
-           "CONVENTIONS", "SUPPORTED_DTYPES", "MAX_SINGLE_BLOCK", "CHUNK"]
+           "round_like_kernels", "CONVENTIONS", "SUPPORTED_DTYPES", "MAX_SINGLE_BLOCK", "CHUNK"]
 
 CONVENTIONS = ("llama", "gemma")
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -272,6 +272,13 @@ def _sum_partials_kernel(PART, OUT, n_part, d, BLOCK_P: tl.constexpr, BLOCK_C: t
 # --8<-- [end:partials]
 
 
+@triton.jit
+def _round_kernel(X, Y, n, BLOCK: tl.constexpr, BF16_BY_BITS: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(Y + offs, _round(tl.load(X + offs, mask=m, other=0.0), Y.dtype.element_ty, BF16_BY_BITS), mask=m)
+
+
 # ------------------------------------------------------------------------------------------------------
 # host side: checks, launch settings, the autograd functions
 # ------------------------------------------------------------------------------------------------------
@@ -284,6 +291,25 @@ def interpreted() -> bool:
 def _bf16_by_bits(dtype: torch.dtype) -> bool:
     """Round to bfloat16 by integer arithmetic: only under the interpreter (see _round)."""
     return dtype == torch.bfloat16 and interpreted()
+
+
+def round_like_kernels(v: torch.Tensor, dtype: torch.dtype, by_bits: bool | None = None) -> torch.Tensor:
+    """Round float32 values to ``dtype`` with the kernels' own rounding step (``_round``).
+
+    ``by_bits`` forces the integer round-to-nearest-even path on or off (default: on exactly where the
+    kernels use it, i.e. bfloat16 under the interpreter). Lets the tests compare both paths with torch.
+    """
+    if v.dtype != torch.float32:
+        raise TypeError(f"v must be float32, got {v.dtype}")
+    if dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"dtype must be one of float32, bfloat16, float16, got {dtype}")
+    _check_device(v)
+    bits = _bf16_by_bits(dtype) if by_bits is None else bool(by_bits) and dtype == torch.bfloat16
+    v = v.contiguous().view(-1)
+    out = torch.empty(v.shape, dtype=dtype, device=v.device)
+    if v.numel():
+        _round_kernel[(triton.cdiv(v.numel(), 1024),)](v, out, v.numel(), BLOCK=1024, BF16_BY_BITS=bits)
+    return out
 
 
 def _check_device(x: torch.Tensor) -> None:
@@ -443,6 +469,7 @@ def rms_norm_fwd(x, weight=None, residual=None, eps=1e-6, convention="llama", bl
     gemma = _check_convention(convention)
     if residual is not None:
         residual = _check_like(residual, x, "residual")
+    _settings(x.shape[-1], block_size)
     _check_device(x)
     y, h, rstd, _ = _fwd(x, weight, None, residual, eps, True, gemma, block_size)
     return y, h, rstd
@@ -458,6 +485,8 @@ def rms_norm_bwd(dy, h, weight, rstd, convention="llama", block_size=None, num_p
     dy = _check_like(dy, h, "dy")
     _check_p(weight, h, "weight")
     gemma = _check_convention(convention)
+    _settings(h.shape[-1], block_size)
+    _num_partials(1, h.device, num_partials)
     _check_device(h)
     dx, dw, _ = _bwd(dy, h, weight, False, None, None, rstd, True, gemma, block_size, num_partials)
     return dx, dw
@@ -470,6 +499,7 @@ def layer_norm_fwd(x, weight=None, bias=None, eps=1e-5, block_size=None):
     _check_p(weight, x, "weight")
     _check_p(bias, x, "bias")
     eps = check_eps(eps)
+    _settings(x.shape[-1], block_size)
     _check_device(x)
     y, _, rstd, mean = _fwd(x, weight, bias, None, eps, False, False, block_size)
     return y, mean, rstd
@@ -481,6 +511,8 @@ def layer_norm_bwd(dy, x, weight, bias, mean, rstd, block_size=None, num_partial
     dy = _check_like(dy, x, "dy")
     _check_p(weight, x, "weight")
     _check_p(bias, x, "bias")
+    _settings(x.shape[-1], block_size)
+    _num_partials(1, x.device, num_partials)
     _check_device(x)
     return _bwd(dy, x, weight, bias is not None, None if bias is None else bias.dtype, mean, rstd, False,
                 False, block_size, num_partials)
