@@ -72,7 +72,7 @@ def _check_rms(x, w, dy, convention, eps=1e-6, what=""):
 
 @pytest.mark.guards("rms.forward", "rms.vjp_x", "rms.vjp_weight", "snippet:rms_norm_cpu.rms_fwd",
                     "snippet:rms_norm_cpu.rms_bwd", "snippet:simd.row_helpers", "snippet:simd.vec512",
-                    "snippet:library.autograd")
+                    "snippet:autograd.autograd")
 @pytest.mark.parametrize("convention", ["llama", "gemma"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
@@ -288,11 +288,14 @@ def _opcheck_cases():
         ("layer_norm_fwd", (rg(xb), None, None, 1e-5)),
         ("layer_norm_bwd", (dy, x, w, mean, rstd)),
         ("layer_norm_bwd", (dyb, xb, None, torch.zeros(4), torch.ones(4))),
+        # the backward ops are differentiable (double backward): autograd registration checked too
+        ("rms_norm_bwd", (rg(dy), rg(x), rg(w), rg(rstd), 1)),
+        ("layer_norm_bwd", (rg(dy), rg(x), rg(w), rg(mean), rg(rstd))),
     ]
 
 
 @pytest.mark.guards("fused.custom_op", "snippet:ops.schema", "snippet:library.fakes")
-@pytest.mark.parametrize("case", range(10))
+@pytest.mark.parametrize("case", range(12))
 def test_opcheck(case):
     name, args = _opcheck_cases()[case]
     torch.library.opcheck(getattr(torch.ops.normlab, name).default, args)

@@ -104,44 +104,9 @@ def _register_python_parts() -> None:
         return torch.empty_like(x), dw, dy.new_empty((x.shape[-1],))
     # --8<-- [end:fakes]
 
-    # --8<-- [start:autograd]
-    def _rms_setup(ctx, inputs, output):
-        x, weight, residual, eps, convention = inputs
-        y, res_out, rstd = output
-        # the normalized tensor is h = x + residual when a residual is fused: that is what backward needs
-        ctx.save_for_backward(res_out if residual is not None else x, weight, rstd)
-        ctx.convention = convention
-        ctx.has_residual = residual is not None
-        ctx.mark_non_differentiable(rstd)
+    from . import autograd
 
-    def _rms_backward(ctx, dy, d_res_out, _d_rstd):
-        h, weight, rstd = ctx.saved_tensors
-        if dy is None:  # only the new residual was used downstream
-            dy = torch.zeros_like(h)
-        dh, dw = torch.ops.normlab.rms_norm_bwd(dy.contiguous(), h, weight, rstd, ctx.convention)
-        if ctx.has_residual and d_res_out is not None:
-            dh = dh + d_res_out  # residual_out = h is an output too: its gradient joins dy's
-        return dh, (dw if weight is not None else None), (dh if ctx.has_residual else None), None, None
-
-    torch.library.register_autograd("normlab::rms_norm_fwd", _rms_backward, setup_context=_rms_setup)
-
-    def _ln_setup(ctx, inputs, output):
-        x, weight, bias, eps = inputs
-        y, mean, rstd = output
-        ctx.save_for_backward(x, weight, mean, rstd)
-        ctx.bias_dtype = None if bias is None else bias.dtype
-        ctx.mark_non_differentiable(mean, rstd)
-
-    def _ln_backward(ctx, dy, _d_mean, _d_rstd):
-        x, weight, mean, rstd = ctx.saved_tensors
-        if dy is None:
-            dy = torch.zeros_like(x)
-        dx, dw, db = torch.ops.normlab.layer_norm_bwd(dy.contiguous(), x, weight, mean, rstd)
-        db = None if ctx.bias_dtype is None else db.to(ctx.bias_dtype)
-        return dx, (dw if weight is not None else None), db, None
-
-    torch.library.register_autograd("normlab::layer_norm_fwd", _ln_backward, setup_context=_ln_setup)
-    # --8<-- [end:autograd]
+    autograd.register()
 
 
 def _check_fused_input(x, fn: str) -> None:
