@@ -392,7 +392,9 @@ def registry() -> dict[str, Formula]:
                      d * ms / (ms + eps), RMS_DEFS, "identity", order="rev-lex"))
 
     # LayerNorm
-    F.append(Formula("ln.mean", "Mean of a row", mu, MU, LN_DEFS, "definition"))
+    # printed with j, the summation index of every other statistic (MU itself sums over l so that it can
+    # sit inside the variance's sum over j)
+    F.append(Formula("ln.mean", "Mean of a row", mu, sum_over(x[j]) / d, LN_DEFS, "definition"))
     F.append(Formula("ln.var", "Biased variance of a row", var, sum_over((x[j] - mu) ** 2) / d, LN_DEFS,
                      "definition", order="rev-lex"))
     F.append(Formula("ln.rstd", "Reciprocal standard deviation, saved per row", r, 1 / sp.sqrt(var + eps),
@@ -467,6 +469,37 @@ def registry() -> dict[str, Formula]:
                      RMSNorm(x * Q_, eps), RMSNorm(x, eps) * Q_, RMS_DEFS, "claim",
                      note="computational invariance, arXiv:2401.15024 (SliceGPT) and arXiv:2404.00456 (QuaRot); "
                           "judged by tests/test_equivalence.py"))
+
+    # the backward by hand (docs/gradients.md): every step of the chain rule, each proven equal to what
+    # sympy.diff gives for the same quantity (tests/test_symbolic.py, tests/test_derivation_steps.py).
+    # Sums are built unevaluated and printed in the order written (order="none"), as one would write them.
+    A = lambda *terms: sp.Add(*terms, evaluate=False)                        # noqa: E731
+    d_dxm = lambda name: rf"\frac{{\partial {name}}}{{\partial x_{{m}}}}"    # noqa: E731
+    xbar_m = IndexedBase(r"\bar{x}")[m]
+    delta = KroneckerDelta(i, m)
+    F.append(Formula("rms.bwd_step1", "RMSNorm backward, step 1: the mean square", d_dxm(r"\operatorname{ms}"),
+                     2 * x[m] / d, RMS_DEFS, "derived", derived=normalize(sp.diff(MS, x[m]))))
+    F.append(Formula("rms.bwd_step2", "RMSNorm backward, step 2: the reciprocal RMS", d_dxm("r"),
+                     -r ** 3 * x[m] / d, RMS_DEFS, "derived", derived=normalize(sp.diff(R_RMS, x[m]))))
+    F.append(Formula("rms.bwd_step3", "RMSNorm backward, step 3: the product rule", d_dxm("y_{i}"),
+                     gamma[i] * A(r * delta, -r ** 3 * x[i] * x[m] / d), RMS_DEFS, "derived",
+                     derived=sp.diff(RMS_Y, x[m]), order="none"))
+    F.append(Formula("rms.bwd_step4", "RMSNorm backward, step 4: the vector-Jacobian product", xbar_m,
+                     sum_over(g[i] * r * A(delta, -xhat[i] * xhat[m] / d), i), RMS_DEFS, "derived",
+                     derived=normalize(sum_over(dy[i] * sp.diff(RMS_Y, x[m]), i)), order="none"))
+    F.append(Formula("ln.bwd_step1", "LayerNorm backward, step 1: the mean", d_dxm(r"\mu"),
+                     1 / d, LN_DEFS, "derived", derived=normalize(sp.diff(MU, x[m]))))
+    F.append(Formula("ln.bwd_step2", "LayerNorm backward, step 2: the variance", d_dxm(r"\sigma^{2}"),
+                     2 / d * A(x[m], -mu), LN_DEFS, "derived", derived=normalize(sp.diff(VAR, x[m])), order="none"))
+    F.append(Formula("ln.bwd_step3", "LayerNorm backward, step 3: the reciprocal standard deviation", d_dxm("r"),
+                     -r ** 3 * A(x[m], -mu) / d, LN_DEFS, "derived", derived=normalize(sp.diff(R_LN, x[m])),
+                     order="none"))
+    F.append(Formula("ln.bwd_step4", "LayerNorm backward, step 4: the product rule", d_dxm("y_{i}"),
+                     gamma[i] * A(r * A(delta, -sp.Integer(1) / d), -r ** 3 * A(x[i], -mu) * A(x[m], -mu) / d),
+                     LN_DEFS, "derived", derived=sp.diff(LN_Y, x[m]), order="none"))
+    F.append(Formula("ln.bwd_step5", "LayerNorm backward, step 5: the vector-Jacobian product", xbar_m,
+                     sum_over(g[i] * r * A(delta, -sp.Integer(1) / d, -xhat[i] * xhat[m] / d), i),
+                     LN_DEFS, "derived", derived=normalize(sum_over(dy[i] * sp.diff(LN_Y, x[m]), i)), order="none"))
 
     # the article's gradient (claim C12), quoted so that a test can judge it: y is the output gamma*xhat
     F.append(Formula("claim.c12", "The article's RMSNorm gradient, as quoted", xbar_i,

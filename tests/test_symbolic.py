@@ -55,10 +55,13 @@ def test_registry_ids_are_stable_and_complete():
 PROVED = ["rms.jacobian_raw", "rms.vjp_x_raw", "rms.forward_short", "rms.jacobian", "rms.vjp_x", "rms.vjp_weight", "rms.rms_identity",
           "rms.mean_square_identity", "rms.sphere", "ln.jacobian", "ln.vjp_x", "ln.vjp_weight", "ln.vjp_bias",
           "ln.as_rms", "inv.rms.scale", "inv.prms.scale", "inv.ln.scale", "inv.ln.shift"]
+# the hand derivation of docs/gradients.md, one formula per step
+STEPS = ["rms.bwd_step1", "rms.bwd_step2", "rms.bwd_step3", "rms.bwd_step4", "ln.bwd_step1", "ln.bwd_step2",
+         "ln.bwd_step3", "ln.bwd_step4", "ln.bwd_step5"]
 
 
 def test_every_proof_obligation_is_listed():
-    assert sorted(PROVED) == sorted(f.id for f in REG.values() if f.kind in ("derived", "identity"))
+    assert sorted(PROVED + STEPS) == sorted(f.id for f in REG.values() if f.kind in ("derived", "identity"))
 
 
 @pytest.mark.guards("rms.jacobian_raw", "rms.vjp_x_raw", "rms.forward_short", "rms.jacobian", "rms.vjp_x", "rms.vjp_weight", "rms.rms_identity",
@@ -67,6 +70,14 @@ def test_every_proof_obligation_is_listed():
 @pytest.mark.parametrize("fid", PROVED)
 def test_closed_form_equals_sympy_derivation_for_general_d(fid):
     """Each derived closed form equals what sympy.diff produced; each identity holds, for symbolic d."""
+    assert REG[fid].holds()
+
+
+@pytest.mark.guards(*STEPS)
+@pytest.mark.parametrize("fid", STEPS)
+def test_each_step_of_the_hand_derivation_equals_sympy(fid):
+    """Each step of the backward derived by hand equals sympy.diff of the same quantity, for symbolic d
+    (tests/test_derivation_steps.py checks them again at explicit sizes)."""
     assert REG[fid].holds()
 
 
