@@ -262,7 +262,7 @@ def _replay(h, rstd, w, convention):
 def test_casting_order_replays_bit_for_bit(be, dtype, wmode, convention):
     """Given the kernel's rstd, its output is exactly llama's round_x(round_x(h * rstd) * w) or gemma's
     round_x(h * rstd * (1 + w)), bit for bit (a bound alone could not tell one rounding from two)."""
-    for i, (shape, block) in enumerate([((4, 33), None), ((3, 300), 64)]):
+    for i, (shape, block) in enumerate([((4, 33), None), ((2, 150), 64)]):
         x, w, _, _, res = _data(shape, dtype, 15 + i, wmode)
         y, _, rstd = be.call("rms_norm_fwd", x, w, None, EPS, convention, block)
         assert torch.equal(y, _replay(x, rstd, w, convention)), f"{shape} block {block}"
@@ -307,9 +307,9 @@ def _rms_backward_case(be, shape, block, dtype, wmode, convention, residual, see
                     "snippet:triton_norm.autograd")
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
 @pytest.mark.parametrize("convention", ["llama", "gemma"])
-@pytest.mark.parametrize("dtype,wmode", WMODES, ids=lambda v: str(v).replace("torch.", ""))
+@pytest.mark.parametrize("dtype,wmode", [WMODES[i] for i in (0, 1, 3, 4, 5)], ids=lambda v: str(v).replace("torch.", ""))
 def test_rms_backward_matches_oracle(be, dtype, wmode, convention, residual):
-    shapes = [((3, 1), None), ((2, 3, 33), None), ((5, 1000), None), ((5, 1000), 256)]
+    shapes = [((3, 1), None), ((2, 3, 33), None), ((3, 1000), None), ((3, 300), 64)]
     if be.name == "cuda":
         shapes += GPU_SHAPES
     for i, (shape, block) in enumerate(shapes):
@@ -336,13 +336,13 @@ def test_residual_stream_gradient_adds_once(be, dtype):
 def test_dweight_is_bit_identical_across_runs_and_within_bound_for_any_row_split(be, dtype):
     """Two-stage dweight: repeated runs give the same bits; splitting the rows into 1, 3, 5 or 24 blocks
     changes only the order of the fp32 sums (each result within the policy bound), never dx."""
-    n, d = (24, 40) if be.name == "interp" else (8192, 1024)
+    n, d = (16, 40) if be.name == "interp" else (8192, 1024)
     x, w, _, dy, _ = _data((n, d), dtype, 50)
     _, _, rstd = be.call("rms_norm_fwd", x, w, None, EPS, "llama", None)
     dx_want, dw_want = oracle.rms_norm_backward(dy.double().numpy(), x.double().numpy(), w.double().numpy(), EPS)
     bdx, bdw = tol.convention_backward_bounds(dy, x, w, EPS, "llama")
     dx0 = None
-    splits = [None, 1, 3, 5, n] if be.name == "interp" else [None, 1, 7, 500]
+    splits = [None, 1, 5, n] if be.name == "interp" else [None, 1, 7, 500]
     for parts in splits:
         runs = [be.call("rms_norm_bwd", dy, x, w, rstd, "llama", None, parts) for _ in range(2)]
         (dx_a, dw_a), (dx_b, dw_b) = runs
@@ -371,10 +371,10 @@ def test_rows_do_not_depend_on_the_batch(be):
 
 @pytest.mark.guards("triton.layer_norm")
 @pytest.mark.parametrize("dtype,wmode", [(torch.float32, "same"), (torch.float32, "none"), (torch.bfloat16, "same"),
-                                         (torch.bfloat16, "f32"), (torch.float16, "same")],
+                                         (torch.float16, "f32")],
                          ids=lambda v: str(v).replace("torch.", ""))
 def test_layer_norm_matches_oracle(be, dtype, wmode):
-    shapes = [((3, 1), None), ((2, 7), None), ((2, 3, 33), None), ((3, 1000), None), ((3, 1000), 128)]
+    shapes = [((3, 1), None), ((2, 7), None), ((2, 3, 33), None), ((2, 1000), None), ((2, 300), 64)]
     if be.name == "cuda":
         shapes += GPU_SHAPES
     for i, (shape, block) in enumerate(shapes):
@@ -508,3 +508,76 @@ def test_matches_the_cuda_op_on_the_gpu():
             y_t = tn.triton_rms_norm(x.cuda(), w.cuda(), EPS, convention=convention).cpu()
             y_c = fused_rms_norm(x.cuda(), w.cuda(), EPS, convention=convention).cpu()
             tol.assert_within(y_t, y_c.double().numpy(), 2 * _rms_bound(x, w, convention), f"{shape} {convention}")
+
+
+# --------------------------------------------------------------------------------------------------------
+# the compiled kernels, without a GPU: Triton compiles for sm_90 on any machine
+# --------------------------------------------------------------------------------------------------------
+
+def _sig(kernel, dtype, **const):
+    """A compile signature: pointers to dtype for the data, fp32 for statistics and partials."""
+    f32 = {"MEAN", "RSTD", "C1", "C2", "DWP", "DBP", "PART"}
+    ints = {"d", "n", "n_rows", "n_part", "rows_per_prog"}
+    sig = {}
+    for name in kernel.arg_names:
+        if name in const:
+            sig[name] = "constexpr"
+        elif name in ints:
+            sig[name] = "i32"
+        elif name in ("d_f", "eps"):
+            sig[name] = "fp32"
+        elif name in f32 or (kernel.fn.__name__ == "_round_kernel" and name == "X"):
+            sig[name] = "*fp32"
+        else:
+            sig[name] = "*" + dtype
+    return sig
+
+
+@pytest.mark.guards("triton.compiled")
+def test_kernels_compile_for_hopper_without_spills():
+    """Each kernel compiles for sm_90 at the launch settings the host code picks; ptxas places no value
+    on the stack (no register spills), and the compiled casts to bfloat16 round to nearest (cvt.rn)."""
+    import re
+
+    import triton
+    import triton.backends.nvidia as nv
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from reference_impl.ops import triton_norm as tn
+
+    if tn.interpreted():
+        pytest.skip("this run imported triton with TRITON_INTERPRET=1: nothing is compiled")
+    cuobjdump = Path(nv.__file__).parent / "bin" / "cuobjdump"
+    assert cuobjdump.exists(), f"Triton's CUDA backend ships cuobjdump at {cuobjdump}"
+    base = dict(IS_RMS=True, GEMMA=False, HAS_W=True, HAS_B=False, BF16_BY_BITS=False)
+    cases = []
+    for dtype, d in (("bf16", 8192), ("fp32", 8192), ("bf16", 1000), ("fp32", 16384)):
+        block, single, fwd_warps, bwd_warps = tn._settings(d, None)
+        c = dict(base, BLOCK=block, SINGLE=single)
+        cases.append((tn._norm_fwd_kernel, dtype, fwd_warps, dict(c, HAS_RES=True)))
+        cases.append((tn._norm_bwd_kernel, dtype, bwd_warps, c))
+        if not single:
+            cases.append((tn._norm_bwd_row_stats_kernel, dtype, fwd_warps,
+                          dict(IS_RMS=True, GEMMA=False, HAS_W=True, BLOCK=block)))
+    block, single, fwd_warps, bwd_warps = tn._settings(4096, None)  # LayerNorm
+    ln = dict(base, IS_RMS=False, HAS_B=True, BLOCK=block, SINGLE=single)
+    cases += [(tn._norm_fwd_kernel, "bf16", fwd_warps, dict(ln, HAS_RES=False)), (tn._norm_bwd_kernel, "bf16", bwd_warps, ln)]
+    cases.append((tn._sum_partials_kernel, "bf16", 4, dict(BLOCK_P=tn.PARTIAL_BLOCK_ROWS, BLOCK_C=tn.PARTIAL_BLOCK_COLS,
+                                                           BF16_BY_BITS=False)))
+    for kernel, dtype, warps, const in cases:
+        k = triton.compile(ASTSource(kernel, _sig(kernel, dtype, **const), const), target=GPUTarget("cuda", 90, 32),
+                           options={"num_warps": warps})
+        cubin = Path(os.environ.get("TMPDIR", "/tmp")) / f"normlab_triton_{os.getpid()}.cubin"
+        cubin.write_bytes(k.asm["cubin"])
+        try:
+            usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", str(cubin)], capture_output=True,
+                                   text=True, check=True).stdout
+        finally:
+            cubin.unlink()
+        stack = [int(s) for s in re.findall(r"STACK:(\d+)", usage)]
+        what = f"{kernel.fn.__name__} {dtype} {const} num_warps={warps}"
+        assert stack and max(stack) == 0, f"{what}: stack frame {stack} bytes (spills)\n{usage}"
+        if dtype == "bf16":
+            casts = re.findall(r"cvt\.(\w+)\.bf16\.f32", k.asm["ptx"]) + re.findall(r"cvt\.(\w+)\.bf16x2\.f32", k.asm["ptx"])
+            assert casts and set(casts) == {"rn"}, f"{what}: bf16 conversions {sorted(set(casts))}"

@@ -55,22 +55,22 @@ def _round(v, ty: tl.constexpr, BF16_BY_BITS: tl.constexpr):
     if BF16_BY_BITS:
         bits = v.to(tl.uint32, bitcast=True)
         bits = tl.where(v != v, 0x7FC00000, bits + 0x7FFF + ((bits >> 16) & 1))
-        return (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+        out = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
     else:
-        return v.to(ty)
+        out = v.to(ty)
+    return out
 
 
 @triton.jit
 def _load_h(X, RES, H, offs, mask, HAS_RES: tl.constexpr, STORE_H: tl.constexpr, BF16_BY_BITS: tl.constexpr):
     """The row chunk to normalize, in fp32: x, or h = round_x(x + residual) (stored once when asked)."""
-    x = tl.load(X + offs, mask=mask, other=0.0)
+    h = tl.load(X + offs, mask=mask, other=0.0)
     if HAS_RES:
         r = tl.load(RES + offs, mask=mask, other=0.0)
-        h = _round(x.to(tl.float32) + r.to(tl.float32), X.dtype.element_ty, BF16_BY_BITS)  # one rounding
+        h = _round(h.to(tl.float32) + r.to(tl.float32), X.dtype.element_ty, BF16_BY_BITS)  # one rounding
         if STORE_H:
             tl.store(H + offs, h, mask=mask)
-        return h.to(tl.float32)
-    return x.to(tl.float32)
+    return h.to(tl.float32)
 
 
 @triton.jit
@@ -155,8 +155,16 @@ def _norm_fwd_kernel(X, RES, W, B, Y, H, MEAN, RSTD, d, d_f, eps,
 
 # --8<-- [start:backward]
 @triton.jit
-def _grad_terms(DY, H, W, offs, cols, mask, mean, rstd,
-                IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_W: tl.constexpr):
+def _gain(W, cols, mask, GEMMA: tl.constexpr):
+    """The gain the math applies, in fp32: 1 + w for gemma, w for llama."""
+    w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
+    if GEMMA:
+        w = 1.0 + w
+    return w
+
+
+@triton.jit
+def _grad_terms(DY, H, offs, mask, gw, mean, rstd, IS_RMS: tl.constexpr, HAS_W: tl.constexpr):
     """dy, xhat and g = dy * gain for one chunk, in fp32 (zero outside the row)."""
     dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
     h = tl.load(H + offs, mask=mask, other=0.0).to(tl.float32)
@@ -164,13 +172,9 @@ def _grad_terms(DY, H, W, offs, cols, mask, mean, rstd,
         xhat = h * rstd
     else:
         xhat = tl.where(mask, (h - mean) * rstd, 0.0)
+    g = dy
     if HAS_W:
-        w = tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
-        if GEMMA:
-            w = 1.0 + w
-        g = dy * w
-    else:
-        g = dy
+        g = dy * gw
     return dy, xhat, g
 
 
@@ -190,7 +194,10 @@ def _norm_bwd_row_stats_kernel(DY, H, W, MEAN, RSTD, C1, C2, d, d_f,
     for start in range(0, d, BLOCK):
         cols = start + tl.arange(0, BLOCK)
         mask = cols < d
-        dy, xhat, g = _grad_terms(DY, H, W, base + cols, cols, mask, mean, rstd, IS_RMS, GEMMA, HAS_W)
+        gw = 1.0
+        if HAS_W:
+            gw = _gain(W, cols, mask, GEMMA)
+        dy, xhat, g = _grad_terms(DY, H, base + cols, mask, gw, mean, rstd, IS_RMS, HAS_W)
         acc1 += g * xhat
         acc2 += g
     tl.store(C1 + row, tl.math.div_rn(tl.sum(acc1, axis=0), d_f))
@@ -211,6 +218,9 @@ def _norm_bwd_kernel(DY, H, W, MEAN, RSTD, C1, C2, DX, DWP, DBP, n_rows, d, d_f,
     pid = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < d
+    gw = 1.0
+    if HAS_W:
+        gw = _gain(W, cols, mask, GEMMA)  # loaded once, used for every row of the block
     dw_acc = tl.zeros([BLOCK], dtype=tl.float32)
     db_acc = tl.zeros([BLOCK], dtype=tl.float32)
     row0 = pid.to(tl.int64) * rows_per_prog
@@ -222,7 +232,7 @@ def _norm_bwd_kernel(DY, H, W, MEAN, RSTD, C1, C2, DX, DWP, DBP, n_rows, d, d_f,
             if not IS_RMS:
                 mean = tl.load(MEAN + row)
             offs = row * d + cols
-            dy, xhat, g = _grad_terms(DY, H, W, offs, cols, mask, mean, rstd, IS_RMS, GEMMA, HAS_W)
+            dy, xhat, g = _grad_terms(DY, H, offs, mask, gw, mean, rstd, IS_RMS, HAS_W)
             if SINGLE:
                 c1 = tl.math.div_rn(tl.sum(g * xhat, axis=0), d_f)
                 if IS_RMS:
@@ -360,8 +370,12 @@ def _check_like(t, x, name: str):
 
 
 def _settings(d: int, block_size):
-    """(BLOCK, SINGLE, num_warps) for rows of d elements. block_size forces the tile width (a power of two
-    of at least 16); a row longer than the tile is processed in chunks."""
+    """(BLOCK, SINGLE, forward num_warps, backward num_warps) for rows of d elements. block_size forces the
+    tile width (a power of two of at least 16); a row longer than the tile is processed in chunks.
+
+    The backward holds more per element (dy, h, the gain and the dweight accumulator), so it spreads a tile
+    over more threads: 8 elements per thread keeps an 8192-wide tile within 64 registers per thread at
+    1024 threads (sm_90, ptxas), where 16 elements per thread spilled to the stack."""
     if block_size is None:
         single_block = max(16, triton.next_power_of_2(d))
         block = single_block if single_block <= MAX_SINGLE_BLOCK else CHUNK
@@ -372,7 +386,8 @@ def _settings(d: int, block_size):
             raise ValueError(f"block_size must be a power of two of at least 16, got {block_size}")
         block = block_size
     num_warps = 4 if block < 2048 else 8 if block < 8192 else 16
-    return block, d <= block, num_warps
+    bwd_warps = min(32, max(4, block // 256))
+    return block, d <= block, num_warps, bwd_warps
 
 
 def _num_partials(n_rows: int, device: torch.device, num_partials) -> int:
@@ -405,7 +420,7 @@ def _fwd(x, weight, bias, residual, eps, is_rms, gemma, block_size):
     rstd = torch.empty(n, dtype=torch.float32, device=x.device)
     mean = None if is_rms else torch.empty(n, dtype=torch.float32, device=x.device)
     if n > 0:
-        block, single, nw = _settings(d, block_size)
+        block, single, nw, _ = _settings(d, block_size)
         dummy = x2
         _norm_fwd_kernel[(n,)](
             x2, dummy if res2 is None else res2, dummy if weight is None else weight.contiguous(),
@@ -431,7 +446,7 @@ def _bwd(dy, h, weight, has_bias, bias_dtype, mean, rstd, is_rms, gemma, block_s
         if has_bias:
             db = torch.zeros(d, dtype=bias_dtype, device=h.device)
         return dx.view(h.shape), dw, db
-    block, single, nw = _settings(d, block_size)
+    block, single, _, nw = _settings(d, block_size)
     p = _num_partials(n, h.device, num_partials)
     rows_per_prog = triton.cdiv(n, p)
     p = triton.cdiv(n, rows_per_prog)  # no program without rows
