@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import html
 import json
+import re
 from collections import defaultdict
 from functools import lru_cache
 from pathlib import Path
@@ -120,13 +121,44 @@ def guard_status(gid: str) -> str:
     return "passed" if states else "not-run"
 
 
-def render_tests(test_ids: list[str]) -> str:
+def test_anchor(test_id: str) -> str:
+    """The id of a test's entry in the evidence list at the bottom of a page."""
+    return "t-" + re.sub(r"[^A-Za-z0-9]+", "-", test_id.removeprefix("tests/")).strip("-").lower()
+
+
+SYMBOL = {"passed": "\u2713", "failed": "\u2717", "skipped": "\u25cb", "not-run": "\u25cb"}
+
+
+def render_tests(test_ids: list[str], anchors: bool = False) -> str:
+    """A list of tests with their last outcome; ``anchors`` gives each item the id badges link to."""
     items = []
     for t in test_ids:
         o = outcome(t)
         took = f' title="{o["duration"]:.2f} s"' if o["duration"] else ""
-        items.append(f'<li><code>{html.escape(t)}</code> <span class="guard-{o["status"]}"{took}>{html.escape(o["text"])}</span></li>')
+        anchor = f' id="{test_anchor(t)}"' if anchors else ""
+        items.append(f'<li{anchor}><code>{html.escape(t)}</code> <span class="guard-{o["status"]}"{took}>'
+                     f'{html.escape(o["text"])}</span></li>')
     return "<ul>" + "".join(items) + "</ul>"
+
+
+def combined_status(test_ids: list[str]) -> str:
+    states = {outcome(t)["status"] for t in test_ids}
+    for s in ("failed", "not-run", "skipped"):
+        if s in states:
+            return s
+    return "passed" if states else "not-run"
+
+
+def summary_text(test_ids: list[str]) -> str:
+    """'checked by 3 tests' with the combined outcome's symbol, for a collapsed list."""
+    status = combined_status(test_ids)
+    n = len(test_ids)
+    what = f"checked by {n} test{'s' if n != 1 else ''}"
+    if status == "failed":
+        what += " (a test failed)"
+    elif status == "not-run":
+        what += " (not run yet)"
+    return f'<span class="guard-{status}">{SYMBOL[status]}</span> {what}'
 
 
 def run_info() -> str:
@@ -146,31 +178,39 @@ def run_info() -> str:
 
 @macro("guards")
 def guards_macro(ctx, *gids: str) -> str:
-    """Lists the tests that guard each id; fails the build when an id has no test."""
+    """A collapsed "checked by" block listing the tests that guard the ids; fails the build when an id has
+    no test."""
     by_id, _ = scan_tests()
-    parts = []
+    tests: list[str] = []
     for gid in gids:
         if gid not in by_id:
             raise MacroError(f"{ctx.src_path}: no test is marked @pytest.mark.guards({gid!r})")
         ctx.guard_ids.append(gid)
-        parts.append(f'<div class="guard-list" markdown="0"><strong>Checked by</strong> (<code>{html.escape(gid)}</code>):'
-                     f"{render_tests(by_id[gid])}</div>")
-    return "\n".join(parts)
+        tests += [t for t in by_id[gid] if t not in tests]
+    ids = ", ".join(f"<code>{html.escape(g)}</code>" for g in gids)
+    return (f'<details class="evidence guard-list" markdown="0"><summary>{summary_text(tests)}</summary>'
+            f'<div class="evidence-ids">Guarded ids: {ids}</div>{render_tests(tests)}</details>')
 
 
 @macro("test")
 def test_macro(ctx, test_id: str) -> str:
-    """Inline reference to one test function with its last outcome; fails the build if it does not exist."""
+    """A compact badge for one test function, linking to its entry in the page's evidence list (the full
+    test id and its last outcome are in the badge's tooltip); fails the build if the test does not exist."""
     _, all_tests = scan_tests()
     if test_id not in all_tests:
         raise MacroError(f"{ctx.src_path}: test {test_id!r} does not exist")
     ctx.guard_ids.append("test:" + test_id)
     o = outcome(test_id)
-    return f'<code>{html.escape(test_id)}</code> <span class="guard-{o["status"]}">({html.escape(o["text"])})</span>'
+    label = {"passed": "\u2713 tested", "failed": "\u2717 test failed", "skipped": "\u25cb skipped",
+             "not-run": "\u25cb not run"}[o["status"]]
+    title = html.escape(f"{test_id}: {o['text']}", quote=True)
+    return (f'<a class="badge guard-{o["status"]}" href="#{test_anchor(test_id)}" title="{title}" '
+            f'data-test="{html.escape(test_id, quote=True)}">{label}</a>')
 
 
 def page_footer(ctx) -> str:
-    """The list of everything the page's guards name, appended at the bottom of the page."""
+    """The evidence list at the bottom of the page: every test its formulas, badges and blocks name, in one
+    collapsed block under the heading "Tests behind this page" (anchor ``guards-on-this-page``)."""
     if not ctx.guard_ids:
         return ""
     by_id, _ = scan_tests()
@@ -179,4 +219,6 @@ def page_footer(ctx) -> str:
         for t in ([gid[5:]] if gid.startswith("test:") else by_id.get(gid, [])):
             if t not in tests:
                 tests.append(t)
-    return ("\n\n## Guards on this page\n\n" + run_info() + "\n\n" + render_tests(tests) + "\n")
+    return ("\n\n## Tests behind this page {#guards-on-this-page}\n\n"
+            f'<details class="page-evidence" markdown="0"><summary>{summary_text(tests)}</summary>'
+            f"<p>{run_info()}</p>{render_tests(tests, anchors=True)}</details>\n")

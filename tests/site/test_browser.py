@@ -1,10 +1,14 @@
 """The built site, browsed in a real browser (Debian's Chromium driven by Playwright for Python).
 
-Every page must load without console errors or failed requests, request nothing outside 127.0.0.1
-(all assets are self-hosted), leave no raw TeX (MathJax renders every formula), load its images and plots,
-and link only to pages and anchors that exist. Site-wide: search finds the rsqrt page, a code block's copy
-button copies the embedded source, and the dark/light toggle switches the palette. A screenshot of every
-page goes to ``build/screenshots/`` (git-ignored; CI keeps it as an artifact).
+Every page, at a phone (375 px), a portrait tablet (768 px) and a desktop (1280 px) width, in the light and
+the dark palette: it loads without console errors or failed requests, requests nothing outside 127.0.0.1
+(all assets are self-hosted), never scrolls sideways as a whole (wide formulas, tables and code scroll in
+their own boxes), and every formula MathJax drew has a visible size. At desktop width it also leaves no
+raw TeX, loads its images and plots, and links only to pages and anchors that exist. Site-wide: search
+finds the rsqrt page, a code block's copy button copies the embedded source, and the dark/light toggle
+switches the palette. Screenshots of every page at every width, light and dark, go to
+``build/screenshots/`` (git-ignored; CI keeps them as an artifact). One browser serves all tests, and one
+browser context per width serves all pages.
 
 Without Chromium or Playwright these tests are skipped with a note on how to install them, except under
 ``CI=true``, where that is a failure.
@@ -113,27 +117,123 @@ class Watcher:
             route.continue_()
 
 
+VIEWPORTS = {"phone": {"width": 375, "height": 740}, "tablet": {"width": 768, "height": 1024},
+             "desktop": {"width": 1280, "height": 900}}
+
+
+def _load(page, watcher, url: str, label: str):
+    page.goto(url, wait_until="load")
+    try:
+        page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=15000)
+    except Exception:  # noqa: BLE001 - turn a timeout into a readable failure
+        pytest.fail(f"{label}: MathJax did not start within 15 s; problems so far: {watcher.errors}")
+    page.evaluate("() => MathJax.startup.promise")
+    page.wait_for_load_state("networkidle")
+
+
 @pytest.fixture
 def open_page(browser, site_url):
+    """Opens a page in a fresh light-palette context at desktop width (for the site-wide interaction tests)."""
     contexts = []
 
     def _open(path: str, **kw):
-        context = browser.new_context(color_scheme="light", viewport={"width": 1280, "height": 900}, **kw)
+        context = browser.new_context(color_scheme="light", viewport=VIEWPORTS["desktop"], **kw)
         contexts.append(context)
         page = context.new_page()
         watcher = Watcher(context, page)
-        page.goto(site_url + path, wait_until="load")
-        try:
-            page.wait_for_function("() => window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=15000)
-        except Exception:  # noqa: BLE001 - turn a timeout into a readable failure
-            pytest.fail(f"{path or 'home'}: MathJax did not start within 15 s; problems so far: {watcher.errors}")
-        page.evaluate("() => MathJax.startup.promise")
-        page.wait_for_load_state("networkidle")
+        _load(page, watcher, site_url + path, path or "home")
         return page, watcher
 
     yield _open
     for c in contexts:
         c.close()
+
+
+@pytest.fixture(scope="module")
+def contexts(browser):
+    """One light-palette browser context per viewport, shared by every page test of that width."""
+    made: dict = {}
+
+    def get(name: str):
+        if name not in made:
+            made[name] = browser.new_context(color_scheme="light", viewport=VIEWPORTS[name])
+        return made[name]
+
+    yield get
+    for c in made.values():
+        c.close()
+
+
+# -- layout probes (run in the page) --------------------------------------------------------------------------
+
+# the page as a whole must not scroll sideways
+OVERFLOW_JS = """() => {
+    const se = document.scrollingElement;
+    const out = {scrollWidth: se.scrollWidth, innerWidth: window.innerWidth, culprits: []};
+    if (se.scrollWidth > window.innerWidth) {
+        const W = document.documentElement.clientWidth;
+        for (const e of document.querySelectorAll('body *')) {
+            const r = e.getBoundingClientRect();
+            if (r.right <= W + 1 || r.width === 0) continue;
+            let inBox = false;   // inside a box that scrolls or clips horizontally within the viewport
+            for (let p = e.parentElement; p && p !== document.body; p = p.parentElement) {
+                const o = getComputedStyle(p).overflowX;
+                if ((o === 'auto' || o === 'scroll' || o === 'hidden' || o === 'clip') && p.getBoundingClientRect().right <= W + 1) { inBox = true; break; }
+            }
+            if (!inBox) out.culprits.push(`${e.tagName.toLowerCase()}.${String(e.className).split(' ')[0]} ends at ${Math.round(r.right)} px`);
+            if (out.culprits.length >= 5) break;
+        }
+    }
+    return out;
+}"""
+
+# every formula MathJax drew must have a visible size; formulas in collapsed blocks and in other content
+# tabs are made visible for the measurement (then the page is reloaded before anything else is checked)
+MATH_SIZE_JS = """(minPx) => {
+    document.querySelectorAll('details').forEach(d => { d.open = true; });
+    const style = document.createElement('style');
+    style.textContent = '.tabbed-block { display: block !important; }';
+    document.head.appendChild(style);
+    const bad = [];
+    let count = 0;
+    for (const svg of document.querySelectorAll('mjx-container svg')) {
+        if (svg.closest('mjx-assistive-mml')) continue;
+        if (!svg.checkVisibility({checkVisibilityCSS: true})) continue;   // e.g. hidden by a media query
+        count++;
+        const r = svg.getBoundingClientRect();
+        if (r.width < minPx || r.height < minPx) {
+            const tex = (svg.closest('.arithmatex') || svg.closest('mjx-container')).textContent;
+            const owner = svg.closest('[data-formula-id]');
+            bad.push(`${Math.round(r.width * 10) / 10}x${Math.round(r.height * 10) / 10} px` +
+                     (owner ? ` (${owner.dataset.formulaId})` : ''));
+        }
+    }
+    style.remove();
+    return {count, bad};
+}"""
+MIN_MATH_PX = 4
+
+
+def set_dark(page, dark: bool) -> None:
+    """Switches Material's palette as its toggle does (the stored preference is left alone)."""
+    scheme = "slate" if dark else "default"
+    page.evaluate("s => document.body.setAttribute('data-md-color-scheme', s)", scheme)
+    page.wait_for_function(f"() => document.body.getAttribute('data-md-color-scheme') === {scheme!r}")
+    page.wait_for_timeout(50)
+
+
+def layout_problems(page, where: str) -> list[str]:
+    problems = []
+    o = page.evaluate(OVERFLOW_JS)
+    if o["scrollWidth"] > o["innerWidth"]:
+        problems.append(f"{where}: the page scrolls sideways ({o['scrollWidth']} px content in a {o['innerWidth']} px "
+                        f"window): {'; '.join(o['culprits']) or 'no single element found'}")
+    return problems
+
+
+def math_problems(page, where: str) -> tuple[int, list[str]]:
+    m = page.evaluate(MATH_SIZE_JS, MIN_MATH_PX)
+    return m["count"], [f"{where}: formula drawn at {b}" for b in m["bad"]]
 
 
 @lru_cache(maxsize=None)
@@ -157,12 +257,18 @@ def test_every_built_page_is_checked(site_dir):
     assert sorted(built) == sorted(PAGES), "pages built but not browsed (or browsed but not built)"
 
 
-@pytest.mark.parametrize("path", PAGES, ids=lambda p: p or "home")
-def test_page(open_page, site_dir, path):
-    page, watch = open_page(path)
-    problems: list[str] = []
+def _shot(page, path: str, viewport: str, scheme: str) -> None:
+    """Whole page in the light palette at every width and in the dark one at phone width; the first screen
+    otherwise (a full-page capture of a long page takes seconds)."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    name = (path.strip("/") or "home").replace("/", "__")
+    page.screenshot(path=str(SHOTS / f"{name}-{viewport}-{scheme}.png"),
+                    full_page=scheme == "light" or viewport == "phone")
 
-    # formulas: every arithmatex block holds a MathJax rendering, none failed, no TeX left in the text
+
+def _content_problems(page, site_dir) -> list[str]:
+    """Raw TeX, failed MathJax, images that did not load, broken links and anchors (desktop width)."""
+    problems: list[str] = []
     math = page.evaluate(r"""() => {
         const blocks = [...document.querySelectorAll('.arithmatex')];
         const unrendered = blocks.filter(b => !b.querySelector('mjx-container')).map(b => b.textContent.slice(0, 80));
@@ -172,20 +278,23 @@ def test_page(open_page, site_dir, path):
         // notebook markdown is not processed by the site's MathJax config: $...$ there would stay raw
         const nbmath = [...document.querySelectorAll('.jp-RenderedMarkdown, .jp-MarkdownOutput')]
             .map(e => e.textContent).join('\n').match(/\$[^$\s][^$]*\$/g) || [];
-        return {count: blocks.length, unrendered, errors, text: root.textContent, nbmath};
+        // markdown that did not become HTML: an image or link left as literal text
+        const literal = (root.textContent.match(/!\[[^\]\n]{0,200}\]\([^)\s]+\)/g) || []);
+        return {unrendered, errors, text: root.textContent, nbmath, literal};
     }""")
     problems += [f"raw TeX in a notebook cell: {t[:80]!r}" for t in math["nbmath"]]
     problems += [f"formula not rendered: {t!r}" for t in math["unrendered"]]
     problems += [f"MathJax error: {t!r}" for t in math["errors"]]
+    problems += [f"markdown left as text: {t[:80]!r}" for t in math["literal"]]
     for m in RAW_TEX.finditer(math["text"]):
         problems.append(f"raw TeX in the text: ...{math['text'][max(0, m.start() - 40):m.end() + 40]!r}...")
 
-    # images and plots
     images = page.evaluate("""() => [...document.images].map(i => ({src: i.currentSrc || i.src,
-        ok: i.complete && i.naturalWidth > 0}))""")
+        ok: i.complete && i.naturalWidth > 0, alt: i.getAttribute('alt')}))""")
     problems += [f"image did not load: {i['src']}" for i in images if not i["ok"]]
+    problems += [f"image without alt text: {i['src']}" for i in images
+                 if "/assets/diagrams/" in i["src"] and not (i["alt"] or "").strip()]
 
-    # internal links and anchors
     links = page.evaluate("() => [...document.querySelectorAll('a[href]')].map(a => a.href)")
     here = urlparse(page.url)
     for href in sorted(set(links)):
@@ -201,14 +310,62 @@ def test_page(open_page, site_dir, path):
             in_dom = u.path == here.path and page.evaluate("id => !!document.getElementById(id)", frag)
             if not in_dom and frag not in _ids(target):
                 problems.append(f"missing anchor: {href}")
+    return problems
 
-    page.wait_for_timeout(50)
-    problems += watch.errors
-    problems += [f"request outside 127.0.0.1: {u}" for u in watch.outside]
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / f"{(path.strip('/') or 'home').replace('/', '__')}.png"), full_page=True)
+
+@pytest.mark.parametrize("viewport", list(VIEWPORTS))
+@pytest.mark.parametrize("path", PAGES, ids=lambda p: p or "home")
+def test_page(contexts, site_url, site_dir, path, viewport):
+    """One page at one width, light then dark: layout, formulas, console; at desktop width also content."""
+    context = contexts(viewport)
+    page = context.new_page()
+    watch = Watcher(context, page)
+    label = f"{path or 'home'} at {VIEWPORTS[viewport]['width']} px"
+    try:
+        _load(page, watch, site_url + path, label)
+        problems: list[str] = []
+        if viewport == "desktop":
+            problems += _content_problems(page, site_dir)
+        for scheme in ("light", "dark"):  # as a reader first sees it
+            set_dark(page, scheme == "dark")
+            problems += layout_problems(page, scheme)
+            _shot(page, path, viewport, scheme)
+        for scheme in ("dark", "light"):  # with every collapsed block and content tab opened
+            set_dark(page, scheme == "dark")
+            problems += math_problems(page, scheme)[1]
+            problems += layout_problems(page, f"{scheme}, every block open")
+        page.wait_for_timeout(50)
+        problems += watch.errors
+        problems += [f"request outside 127.0.0.1: {u}" for u in watch.outside]
+    finally:
+        context.unroute("**/*")
+        page.close()
     problems = list(dict.fromkeys(problems))  # one line per distinct problem
-    assert not problems, f"{path or 'home'}:\n" + "\n".join(problems)
+    assert not problems, f"{label}:\n" + "\n".join(problems)
+
+
+def test_layout_checks_can_fail(contexts, site_url):
+    """The probes are not vacuous: with Material's mobile rule for display math and the site's own
+    stylesheet removed, formulas collapse to 1 px at phone width and are reported; a block wider than the
+    window is reported as sideways scrolling."""
+    context = contexts("phone")
+    page = context.new_page()
+    watch = Watcher(context, page)
+    try:
+        _load(page, watch, site_url + "formulas/", "formulas at 375 px")
+        assert math_problems(page, "fixed")[1] == []
+        page.evaluate("""() => document.querySelectorAll('link[rel=stylesheet]').forEach(l => {
+            if (l.href.includes('extra.css')) l.remove(); })""")
+        page.wait_for_timeout(100)
+        shown, bad = math_problems(page, "without the fix")
+        assert shown > 10 and len(bad) > shown // 2, f"{len(bad)} of {shown} collapsed formulas reported"
+        assert layout_problems(page, "before") == []
+        page.evaluate("""() => { const d = document.createElement('div'); d.style.width = '2000px';
+            d.style.height = '10px'; document.querySelector('article').appendChild(d); }""")
+        assert any("scrolls sideways" in p for p in layout_problems(page, "after"))
+    finally:
+        context.unroute("**/*")
+        page.close()
 
 
 def test_search_finds_the_rsqrt_page(open_page):
