@@ -37,14 +37,38 @@ def check_param(p, x: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name} is on {p.device} but x is on {x.device}")
 
 
-def check_eps(eps) -> float:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+_SYMBOLIC = (torch.SymInt, torch.SymFloat)
+
+
+def check_eps(eps, *, max_value: float | None = None):
+    """A finite, non-negative real number (not a bool); returns it as a float.
+
+    ``max_value`` bounds it from above (the fused ops compute in float32: at most its largest finite
+    value). While ``torch.compile`` traces, eps may be symbolic (a ``SymFloat``, how a changing eps is
+    traced): it has no value yet, so only its type is checked here and the native op that receives it
+    checks the value when it runs, raising the same exception types.
+
+    Raises:
+        TypeError: not an int or float (bool, str, tensor, None, ...).
+        ValueError: NaN, infinite, negative, too large for a float, or above ``max_value``.
+    """
+    if isinstance(eps, bool) or not isinstance(eps, (int, float, *_SYMBOLIC)):
         raise TypeError(f"eps must be a real number, got {type(eps).__name__}")
-    eps = float(eps)
+    if isinstance(eps, _SYMBOLIC) or torch.compiler.is_compiling():
+        # traced: the value may be symbolic (Dynamo shows a changing float as a float, so the check is
+        # skipped for every traced eps); float() would pin it to one value
+        return eps if isinstance(eps, (float, torch.SymFloat)) else torch.sym_float(eps)
+    try:
+        eps = float(eps)
+    except OverflowError:  # an int beyond the float range, e.g. 10**400
+        raise ValueError(f"eps={eps!r} is too large: it does not fit a float") from None
     if math.isnan(eps) or math.isinf(eps):
         raise ValueError(f"eps must be finite, got {eps}")
     if eps < 0:
         raise ValueError(f"eps must be non-negative, got {eps}")
+    if max_value is not None and eps > max_value:
+        raise ValueError(f"eps={eps} is larger than {max_value:.7g}, the largest value the computation's "
+                         "float type holds")
     return eps
 
 

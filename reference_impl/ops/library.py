@@ -1,10 +1,13 @@
 """Fused RMSNorm and LayerNorm as PyTorch custom ops (library ``normlab``, sources in ``cuda/``).
 
-The native library is built on the first call (or by :func:`load`) with the settings of
-:mod:`reference_impl.ops.build`, cached under ``build/native/normlab_cpu``. Loading it declares the
-four ops (``cuda/ops.cpp``), registers their CPU kernels (``cuda/cpu/``), and this module then registers
-a fake implementation for each op (so ``torch.compile(fullgraph=True)`` traces through them) and the
-autograd formulas (forward ops differentiate through the backward ops).
+Importing this module loads the native library (building it first, with the settings of
+:mod:`reference_impl.ops.build`, cached under ``build/native/normlab_cpu``): that declares the ops
+(``cuda/ops.cpp``) and registers their CPU kernels (``cuda/cpu/``); this module then registers a fake
+implementation for each op (so ``torch.compile(fullgraph=True)`` traces through them) and the autograd
+formulas of :mod:`reference_impl.ops.autograd`. When a GPU is present the CUDA kernels are loaded at
+import as well. Everything happens once, at import, so the entry points take no lock and load nothing:
+``torch.compile`` can trace them whatever was called before. ``import reference_impl`` alone builds
+nothing; ``reference_impl.fused_rms_norm`` imports this module on first access.
 
 Numerics (see ``cuda/ops.cpp`` for the op-level contract):
 
@@ -19,68 +22,60 @@ Numerics (see ``cuda/ops.cpp`` for the op-level contract):
 """
 from __future__ import annotations
 
-import threading
-
 import torch
 
 from .._checks import check_eps, check_input, check_param
+from . import autograd as _autograd
 from .build import NativeBuildError, load_cpu_library, load_cuda_library
 
 __all__ = ["fused_rms_norm", "fused_layer_norm", "load", "load_cuda", "CONVENTIONS", "SUPPORTED_DTYPES"]
 
 CONVENTIONS = {"llama": 0, "gemma": 1}
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_FLOAT32_MAX = torch.finfo(torch.float32).max  # eps is added in float32
 
-_lock = threading.Lock()
-_loaded = False
 _cuda_loaded = False
 
 
 def load() -> None:
-    """Build and load the ``normlab`` library once, then register its fake and autograd implementations.
-
-    Called by the entry points on first use; call it yourself before ``torch.compile`` tracing if the ops
-    have not run yet.
-    """
-    global _loaded
-    if _loaded:
-        return
-    with _lock:
-        if _loaded:
-            return
-        load_cpu_library()
-        _register_python_parts()
-        _loaded = True
+    """Kept for callers of earlier versions: the library is loaded when this module is imported."""
 
 
 def load_cuda() -> None:
-    """Load the CPU library (which declares the schemas), then the CUDA kernels; idempotent, thread-safe."""
+    """Load the CUDA kernels (needs nvcc, not a GPU); idempotent. Done at import when a GPU is present.
+
+    Call it from one thread (it registers Python parts once); the entry points never call it while
+    tracing: on a machine with a GPU the kernels are already loaded.
+    """
     global _cuda_loaded
     if _cuda_loaded:
         return
-    load()
-    with _lock:
-        if _cuda_loaded:
-            return
-        load_cuda_library()
+    load_cuda_library()
 
-        @torch.library.register_fake("normlab::rms_norm_fwd_version")
-        def _version_fake(x, weight, eps, version, convention, block_size=0):
-            return torch.empty_like(x), x.new_empty(x.shape[:-1], dtype=torch.float32)
+    @torch.library.register_fake("normlab::rms_norm_fwd_version")
+    def _version_fake(x, weight, eps, version, convention, block_size=0):
+        return torch.empty_like(x), x.new_empty(x.shape[:-1], dtype=torch.float32)
 
-        _cuda_loaded = True
+    def _version_no_grad(ctx, *grads):
+        raise NotImplementedError(
+            "normlab::rms_norm_fwd_version is a teaching op without a backward; differentiate "
+            "reference_impl.ops.fused_rms_norm instead")
+
+    torch.library.register_autograd("normlab::rms_norm_fwd_version", _version_no_grad,
+                                    setup_context=lambda ctx, inputs, output: None)
+    _cuda_loaded = True
 
 
 def _ensure_device(x: torch.Tensor) -> None:
-    load()
     if x.is_cuda:
-        load_cuda()
+        if not _cuda_loaded:  # a GPU appeared after import (not while tracing: see load_cuda)
+            load_cuda()
     elif x.device.type != "cpu":
         raise ValueError(f"the fused ops run on CPU and CUDA tensors; x is on {x.device}")
 
 
-def _register_python_parts() -> None:
-    """Fake implementations (shapes and dtypes only) and autograd formulas for the four ops."""
+def _register_fakes() -> None:
+    """Fake implementations: the outputs' shapes and dtypes, for tracing."""
 
     # --8<-- [start:fakes]
     @torch.library.register_fake("normlab::rms_norm_fwd")
@@ -104,9 +99,13 @@ def _register_python_parts() -> None:
         return torch.empty_like(x), dw, dy.new_empty((x.shape[-1],))
     # --8<-- [end:fakes]
 
-    from . import autograd
 
-    autograd.register()
+# --- load once, at import -------------------------------------------------------------------------------
+load_cpu_library()
+_register_fakes()
+_autograd.register()
+if torch.cuda.is_available():
+    load_cuda()
 
 
 def _check_fused_input(x, fn: str) -> None:
@@ -150,7 +149,7 @@ def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: flo
     """
     _check_fused_input(x, "fused_rms_norm")
     _check_fused_param(weight, x, "weight")
-    eps = check_eps(eps)
+    eps = check_eps(eps, max_value=_FLOAT32_MAX)
     if not isinstance(convention, str):
         raise TypeError(f"convention must be a string, got {type(convention).__name__}")
     if convention not in CONVENTIONS:
@@ -184,7 +183,7 @@ def fused_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: 
     _check_fused_input(x, "fused_layer_norm")
     _check_fused_param(weight, x, "weight")
     _check_fused_param(bias, x, "bias")
-    eps = check_eps(eps)
+    eps = check_eps(eps, max_value=_FLOAT32_MAX)
     _ensure_device(x)
     y, _, _ = torch.ops.normlab.layer_norm_fwd(
         x.contiguous(), None if weight is None else weight.contiguous(),
