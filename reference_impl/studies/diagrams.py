@@ -288,11 +288,15 @@ def norm_axes(t: Theme) -> Svg:
 def norm_placement(t: Theme) -> Svg:
     s = Svg(600, 536, "Post-Norm, Pre-Norm and Sandwich-Norm placement in a Transformer sublayer",
             "Three diagrams of one residual sublayer, F being attention or the MLP. Post-Norm (the original "
-            "Transformer, arXiv:1706.03762, and BERT) adds the residual first and normalizes the sum: "
-            "N(x + F(x)), so the norm sits on the residual stream. Pre-Norm (GPT-2, Llama) normalizes only the "
-            "input of the branch: x + F(N(x)); the residual stream itself is never normalized inside the "
-            "block, so such models add one final norm after the last block. Sandwich-Norm (CogView, "
-            "arXiv:2105.13290; Gemma 2 and Gemma 3) normalizes the branch input and the branch output: "
+            "Transformer, arXiv:1706.03762, and BERT, whose output layers compute LayerNorm(hidden_states + "
+            "input_tensor) in transformers' modeling_bert.py) adds the residual first and normalizes the sum: "
+            "N(x + F(x)), so the norm sits on the residual stream. Pre-Norm (GPT-2's ln_1 and ln_2, Llama's "
+            "input_layernorm and post_attention_layernorm, which despite its name normalizes the MLP's input) "
+            "normalizes only the input of the branch: "
+            "x + F(N(x)); the residual stream itself is never normalized inside the block, so such models add "
+            "one final norm after the last block (GPT-2's ln_f). Sandwich-Norm (CogView, arXiv:2105.13290; "
+            "Gemma 2 and Gemma 3, with pre_feedforward_layernorm and post_feedforward_layernorm in "
+            "transformers' modeling_gemma2.py) normalizes the branch input and the branch output: "
             "x + N(F(N(x))).", t)
     box_w, box_h, gap = 132, 44, 24
 
