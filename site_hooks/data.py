@@ -1,28 +1,58 @@
-"""Numbers on pages come from data files under docs/data/, never typed by hand."""
+"""Numbers on pages come from data files under docs/data/, never typed by hand.
+
+Each file is parsed and validated against its schema (``reference_impl/studies/schemas/``) when the build
+first reads data: a corrupt, truncated or ill-typed file, or one without a schema, fails the build with
+the file's path named.
+"""
 from __future__ import annotations
 
-import json
+import sys
 from functools import lru_cache
 from pathlib import Path
 
 from .macros import MacroError, macro
 
-DATA = Path(__file__).resolve().parent.parent / "docs" / "data"
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "docs" / "data"
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from reference_impl.studies.schemas import DataFileError, check_file, data_files  # noqa: E402
+
+
+@lru_cache(maxsize=None)
+def validated() -> dict:
+    """Every data file, parsed and checked against its schema (once per build)."""
+    out = {}
+    for path in data_files(DATA):
+        try:
+            out[path.name] = check_file(path)
+        except DataFileError as exc:
+            raise MacroError(str(exc)) from exc
+    return out
 
 
 @lru_cache(maxsize=None)
 def load(name: str):
-    path = DATA / name
-    if not path.exists():
+    files = validated()
+    if name not in files:
         raise MacroError(f"data file docs/data/{name} does not exist")
-    return json.loads(path.read_text())
+    return files[name]
+
+
+def clear_caches() -> None:
+    validated.cache_clear()
+    load.cache_clear()
 
 
 def lookup(name: str, dotted: str):
     node = load(name)
     for key in dotted.split("."):
         if isinstance(node, list):
-            node = node[int(key)]
+            try:
+                node = node[int(key)]
+            except (ValueError, IndexError):
+                raise MacroError(f"docs/data/{name} has no item {key!r} in {dotted!r}") from None
         elif isinstance(node, dict) and key in node:
             node = node[key]
         else:
@@ -32,6 +62,13 @@ def lookup(name: str, dotted: str):
 
 @macro("data")
 def data_macro(ctx, name: str, dotted: str, fmt: str = "") -> str:
-    """``{{ data("file.json", "a.b.0.c", ".3g") }}``: a value from a data file, formatted."""
+    """``{{ data("file.json", "a.b.0.c", ".3g") }}``: a value from a data file, formatted; a null value
+    (not measured in that run) renders as "n/a"."""
     value = lookup(name, dotted)
-    return format(value, fmt) if fmt else str(value)
+    if value is None:
+        return "n/a"
+    try:
+        return format(value, fmt) if fmt else str(value)
+    except (TypeError, ValueError) as exc:
+        raise MacroError(f"{ctx.src_path}: docs/data/{name} {dotted!r} = {value!r} cannot be formatted "
+                         f"with {fmt!r}: {exc}") from exc
