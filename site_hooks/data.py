@@ -63,11 +63,14 @@ def lookup(name: str, dotted: str):
 @macro("data")
 def data_macro(ctx, name: str, dotted: str, fmt: str = "") -> str:
     """``{{ data("file.json", "a.b.0.c", ".3g") }}``: a value from a data file, formatted; a null value
-    (not measured in that run) renders as "n/a"."""
+    (not measured in that run) renders as "n/a"; a list renders as its items, each formatted, separated by
+    commas."""
     value = lookup(name, dotted)
     if value is None:
         return "n/a"
     try:
+        if isinstance(value, list):  # a list of values: each formatted, separated by commas
+            return ", ".join("n/a" if v is None else (format(v, fmt) if fmt else str(v)) for v in value)
         return format(value, fmt) if fmt else str(value)
     except (TypeError, ValueError) as exc:
         raise MacroError(f"{ctx.src_path}: docs/data/{name} {dotted!r} = {value!r} cannot be formatted "
