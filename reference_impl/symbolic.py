@@ -501,6 +501,35 @@ def registry() -> dict[str, Formula]:
                      sum_over(g[i] * r * A(delta, -sp.Integer(1) / d, -xhat[i] * xhat[m] / d), i),
                      LN_DEFS, "derived", derived=normalize(sum_over(dy[i] * sp.diff(LN_Y, x[m]), i)), order="none"))
 
+    # --- across devices (reference_impl/distributed.py) --------------------------------------------------
+    # Bytes each rank sends per row for one forward and one backward, counted from the float32 partials the
+    # code exchanges, under ring algorithms: an all-reduce of N bytes sends 2(p-1)/p N per rank, an
+    # all-gather whose result has N bytes sends (p-1)/p N. Checked against the bytes handed to the
+    # collectives (tests/test_distributed.py); p is the number of ranks of the group.
+    p_ = sp.Symbol("p", integer=True, positive=True)
+    ring_ar, ring_ag, f32 = 2 * (p_ - 1) / p_, (p_ - 1) / p_, 4
+    for fid, title, name, expr in (
+        ("dist.rms.sharded_bytes", "Sharded RMSNorm: one float32 partial per row each way (all-reduce)",
+         "RMSNorm, sharded", ring_ar * f32 + ring_ar * f32),
+        ("dist.rms.sharded_bytes_deterministic", "Sharded RMSNorm, deterministic: partials all-gathered",
+         "RMSNorm, sharded, det.", ring_ag * f32 * p_ + ring_ag * f32 * p_),
+        ("dist.ln.sharded_bytes", "Sharded LayerNorm: (sum, sum of squares), then two backward partials",
+         "LayerNorm, sharded", ring_ar * 2 * f32 + ring_ar * 2 * f32),
+        ("dist.ln.sharded_bytes_welford", "Sharded LayerNorm with Welford/Chan: (mean, M2) all-gathered",
+         "LayerNorm, sharded, Welford", ring_ag * 2 * f32 * p_ + ring_ar * 2 * f32),
+        ("dist.allgather_row_bytes", "Gathering the whole row instead (forward only)",
+         "all-gather of the row", ring_ag * d * ELEM_BYTES),
+    ):
+        F.append(Formula(fid, title, rf"\text{{bytes per row}}_{{\text{{{name}}}}}", sp.factor(expr), {}, "count"))
+    for fid, title, name, n_grads in (
+        ("dist.rms.sequence_parallel_bytes", "Sequence-parallel RMSNorm: the float32 dweight all-reduce",
+         "RMSNorm, sequence-parallel", 1),
+        ("dist.ln.sequence_parallel_bytes", "Sequence-parallel LayerNorm: dweight and dbias in one all-reduce",
+         "LayerNorm, sequence-parallel", 2),
+    ):
+        F.append(Formula(fid, title, rf"\text{{bytes per step}}_{{\text{{{name}}}}}", sp.factor(ring_ar * n_grads * f32 * d),
+                         {}, "count"))
+
     # the article's gradient (claim C12), quoted so that a test can judge it: y is the output gamma*xhat
     F.append(Formula("claim.c12", "The article's RMSNorm gradient, as quoted", xbar_i,
                      gamma[i] * r * (dy[i] - (gamma[i] * xhat[i]) / d
