@@ -8,6 +8,7 @@ Without Chromium the tests are skipped locally and fail under ``CI=true`` (as in
 """
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 from pathlib import Path
@@ -32,8 +33,25 @@ def _missing(what: str):
     pytest.skip(msg)
 
 
+def _running_browser():
+    """The Chromium that another site module's session fixture (test_browser.py's ``browser``) already
+    started, if any: two sync Playwright instances cannot run in one thread, so this module reuses it."""
+    try:
+        from playwright.sync_api import Browser
+    except ImportError:
+        return None
+    for obj in gc.get_objects():
+        if isinstance(obj, Browser) and obj.is_connected():
+            return obj
+    return None
+
+
 @pytest.fixture(scope="module")
-def browser():
+def widget_browser():
+    shared = _running_browser()
+    if shared is not None:
+        yield shared
+        return
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -53,12 +71,12 @@ def browser():
 
 
 @pytest.fixture
-def open_widget(browser, site_url):
+def open_widget(widget_browser, site_url):
     """Opens the playground; returns the page, after checking that the widget built itself."""
     contexts, problems = [], []
 
     def _open(scheme="light", width=1280, height=900, **kw):
-        context = browser.new_context(color_scheme=scheme, viewport={"width": width, "height": height}, **kw)
+        context = widget_browser.new_context(color_scheme=scheme, viewport={"width": width, "height": height}, **kw)
         contexts.append(context)
         page = context.new_page()
         page.on("console", lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None)
