@@ -41,7 +41,7 @@ def _running_browser():
     except ImportError:
         return None
     for obj in gc.get_objects():
-        if isinstance(obj, Browser) and obj.is_connected():
+        if issubclass(type(obj), Browser) and obj.is_connected():   # type(): no attribute lookups on obj
             return obj
     return None
 
