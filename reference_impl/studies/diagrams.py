@@ -791,7 +791,7 @@ DIAGRAMS = (
             "The input gradient is r times g with its radial part removed (RMSNorm) and also its part along "
             "the all-ones vector (LayerNorm)", jacobian),
     Diagram("warp-reduce", "kernels/cuda.md",
-            "Butterfly reduction over 32 lanes with __shfl_xor_sync and masks 16, 8, 4, 2, 1", warp_reduce),
+            "Butterfly reduction over the 32 lanes of a warp with shuffle-xor and masks 16, 8, 4, 2, 1", warp_reduce),
     Diagram("dweight-reduction", "kernels/cuda.md",
             "Two-stage deterministic reduction of the weight gradient against atomicAdd", dweight_reduction),
     Diagram("fused-residual", "performance.md",
