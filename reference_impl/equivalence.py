@@ -386,3 +386,72 @@ def logit_bound(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
         mag = mag + head.bias.abs()
     n = path_lengths(model, ids.shape[-1])[-1]
     return 2 * gamma(n, unit_roundoff(head.weight.dtype)) * mag
+
+
+# ----------------------------------------------------------------------------------------- the report
+
+
+def worked_example(x=(1.0, 2.0, 3.0, 6.0)) -> dict:
+    """A four-number row by hand (eps = 0): its mean, mean square, variance, LayerNorm and RMSNorm."""
+    v = torch.tensor(x, dtype=torch.float64)
+    mu, ms = float(v.mean()), float(v.pow(2).mean())
+    var = float((v - mu).pow(2).mean())
+    ln = (v - mu) / var ** 0.5
+    rms = v / ms ** 0.5
+    centred = (v - mu) / (v - mu).pow(2).mean().sqrt()
+    text = lambda t: "(" + ", ".join(f"{float(a):.3f}".rstrip("0").rstrip(".") for a in t) + ")"   # noqa: E731
+    return {"x": list(x), "mu": mu, "ms": ms, "var": var, "rms": ms ** 0.5, "sigma": var ** 0.5,
+            "layer_norm": ln.tolist(), "rms_norm": rms.tolist(), "rms_norm_mean": float(rms.mean()),
+            "mu_over_rms": mu / ms ** 0.5, "sigma_over_rms": (var / ms) ** 0.5,
+            "rms_norm_of_centred": centred.tolist(),
+            "text": {"x": text(v), "layer_norm": text(ln), "rms_norm": text(rms), "rms_norm_of_centred": text(centred)}}
+
+
+def report(seed: int = 1, seq: int = 16, batch: int = 3, families=("gpt2", "gpt_neox"),
+           dtypes=(torch.float64, torch.float32)) -> dict:
+    """Numbers for the page: per family and dtype, the largest logit difference (and its ratio to
+    :func:`logit_bound`) of the conversion, the folding, the rotation and of each broken variant, and the
+    mean shift mu / rms that the original model's stream carries at its first and last norm."""
+    import copy
+
+    out = {"seed": seed, "batch": batch, "seq": seq, "families": {}, "worked_example": worked_example()}
+    for family in families:
+        fam = {}
+        for dtype in dtypes:
+            model = tiny_model(family, dtype=dtype, seed=seed)
+            ids = torch.randint(0, model.config.vocab_size, (batch, seq), generator=torch.Generator().manual_seed(7))
+            ref, bound = logits(model, ids), logit_bound(model, ids)
+            d = model.config.hidden_size
+
+            def diff(m):
+                delta = (logits(m, ids) - ref).abs()
+                return {"max_abs": float(delta.max()), "max_over_bound": float((delta / bound).max())}
+
+            conv = to_rms_norm(copy.deepcopy(model))
+            row = {"converted": diff(conv)}
+            row["converted_max_mean_shift"] = max(float(mean_shift(h).abs().max()) for h in norm_inputs(conv, ids))
+            fold_norm_gains(conv)
+            row["folded"] = diff(conv)
+            rotate_residual(conv, random_orthogonal(d, seed=9))
+            row["rotated"] = diff(conv)
+            row["no_centring"] = diff(layer_norms_to_rms_norms(untie_head(copy.deepcopy(model))))
+            row["biases_not_centred"] = diff(layer_norms_to_rms_norms(centre_writers(untie_head(copy.deepcopy(model)), biases=False)))
+            if getattr(*layout(model).head).weight is layout(model).embedding.weight:
+                tied = copy.deepcopy(model)
+                for mod, kind in layout(tied).writers:
+                    centre_writer(mod, kind)
+                row["head_left_tied"] = diff(layer_norms_to_rms_norms(tied))
+            ln_rot = fold_norm_gains(untie_head(copy.deepcopy(model)))
+            row["layernorm_rotated"] = diff(rotate_residual(ln_rot, random_orthogonal(d, seed=9), strict=False))
+            row["max_abs_logit"] = float(ref.abs().max())
+            row["max_bound"] = float(bound.max())
+            if dtype == torch.float64:
+                shifts = [mean_shift(h).flatten() for h in norm_inputs(model, ids)]
+                row["mean_shift_first_norm"] = {"min": float(shifts[0].min()), "max": float(shifts[0].max())}
+                row["mean_shift_final_norm"] = {"min": float(shifts[-1].min()), "max": float(shifts[-1].max())}
+            fam[str(dtype).split(".")[-1]] = row
+        cfg = model.config
+        fam["config"] = {"hidden": cfg.hidden_size, "layers": cfg.num_hidden_layers, "heads": cfg.num_attention_heads,
+                         "vocab": cfg.vocab_size, "tied_head": bool(getattr(cfg, "tie_word_embeddings", False))}
+        out["families"][family] = fam
+    return out

@@ -260,3 +260,13 @@ def test_bad_input_gets_a_clear_error():
         E.rotate_residual(model, torch.eye(8, dtype=torch.float64))
     with pytest.raises(ValueError, match="not orthogonal"):
         E.rotate_residual(model, 2 * torch.eye(16, dtype=torch.float64))
+
+
+@pytest.mark.guards("equiv.ms_split", "equiv.rms_mean", "ln.as_rms")
+def test_the_worked_example_of_the_page():
+    ex = E.worked_example()
+    assert ex["ms"] == pytest.approx(ex["var"] + ex["mu"] ** 2, rel=1e-15)
+    assert ex["rms_norm_mean"] == pytest.approx(ex["mu_over_rms"], rel=1e-15)
+    assert np.allclose(ex["layer_norm"], ex["rms_norm_of_centred"], rtol=1e-15, atol=1e-15)
+    assert not np.allclose(ex["layer_norm"], ex["rms_norm"], atol=0.1)
+    assert ex["text"]["x"] == "(1, 2, 3, 6)"
