@@ -1,7 +1,7 @@
 """Float64 NumPy oracle for RMSNorm and LayerNorm over the last axis, eps inside the square root.
 
 Every array is converted to float64 first, so a low-precision input is represented exactly and the only
-error left is float64 rounding (unit roundoff 2**-53). Shapes: ``x`` is ``(..., d)``; ``weight`` and
+error left is float64 rounding (unit roundoff ``2**-53``). Shapes: ``x`` is ``(..., d)``; ``weight`` and
 ``bias`` are ``(d,)`` or ``None`` (meaning ones and zeros). Gradients of the gain and bias are summed over
 every leading axis.
 """

@@ -4,8 +4,8 @@ Every comparison test asks this module how far a result may lie from the float64
 tuned: each bound is a first-order rounding-error analysis (Higham, *Accuracy and Stability of Numerical
 Algorithms*, 2nd ed., ch. 3 and 4) of the computation the reference performs, with
 
-- ``u_c``: unit roundoff of the compute dtype (2**-24 for float32, 2**-53 for float64),
-- ``u_o``: unit roundoff of the output dtype (2**-8 bfloat16, 2**-11 float16, ...),
+- ``u_c``: unit roundoff of the compute dtype (``2**-24`` for float32, ``2**-53`` for float64),
+- ``u_o``: unit roundoff of the output dtype (``2**-8`` bfloat16, ``2**-11`` float16, ...),
 - ``gamma(n, u) = n*u / (1 - n*u)``: the classic bound for ``n`` rounded operations in sequence; a sum of
   ``d`` terms in any order has absolute error at most ``gamma(d-1, u) * sum(|terms|)``.
 
