@@ -70,8 +70,8 @@ def _check_rms(x, w, dy, convention, eps=1e-6, what=""):
     return y, grads
 
 
-@pytest.mark.guards("rms.forward", "rms.vjp_x", "rms.vjp_weight", "snippet:rms_norm_cpu.rms_fwd",
-                    "snippet:rms_norm_cpu.rms_bwd", "snippet:simd.row_helpers", "snippet:simd.vec512",
+@pytest.mark.guards("rms.forward", "rms.vjp_x", "rms.vjp_weight", "snippet:rms_norm_kernels.rms_fwd",
+                    "snippet:rms_norm_kernels.rms_bwd", "snippet:simd.row_helpers", "snippet:simd.vec512",
                     "snippet:autograd.autograd")
 @pytest.mark.parametrize("convention", ["llama", "gemma"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -129,8 +129,8 @@ def test_rms_with_residual(shape, dtype, convention):
     tol.assert_within(gx_plain, edx, bdx, "residual dx")
 
 
-@pytest.mark.guards("ln.forward", "ln.vjp_x", "ln.vjp_weight", "ln.vjp_bias", "snippet:layer_norm_cpu.ln_fwd",
-                    "snippet:layer_norm_cpu.ln_bwd")
+@pytest.mark.guards("ln.forward", "ln.vjp_x", "ln.vjp_weight", "ln.vjp_bias", "snippet:layer_norm_kernels.ln_fwd",
+                    "snippet:layer_norm_kernels.ln_bwd")
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_layer_norm_matches_oracle(shape, dtype):
@@ -155,7 +155,7 @@ def test_layer_norm_matches_oracle(shape, dtype):
         tol.assert_within(y, ref.double().numpy(), 2 * tol.ln_forward_bound(x, ww, bb, 1e-5, dtype), "vs F.layer_norm")
 
 
-@pytest.mark.guards("rms.forward", "ln.forward", "snippet:cpu_common.dispatch", "snippet:rms_norm_cpu.foreach_isa")
+@pytest.mark.guards("rms.forward", "ln.forward", "snippet:isa.dispatch")
 @pytest.mark.parametrize("isa", ISAS)
 def test_every_instruction_set_path(isa, monkeypatch):
     """NORMLAB_CPU_ISA selects each compiled path (a request above what the CPU has falls back)."""
@@ -407,83 +407,54 @@ def test_flop_counts_rms_vs_layer_norm():
 
 
 @pytest.mark.guards("snippet:bench.plain_rms", "fused.bench_validation")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_benchmarked_implementations_are_validated(dtype):
-    """Every implementation the benchmark times passes its pre-timing check against the oracle."""
+    """Every implementation the benchmark times passes its pre-timing check against the oracle, or is
+    unavailable for a stated reason (no out= yet, no ONNX Runtime kernel for the dtype)."""
     from reference_impl.studies import bench
 
-    for impl in bench.IMPLS:
-        bench.validate(impl, dtype)
+    for mode, impls in bench.IMPLS.items():
+        for impl in impls:
+            try:
+                bench.validate(impl, mode, dtype)
+            except bench.Unavailable as exc:
+                assert str(exc), (mode, impl)
 
 
 @pytest.mark.guards("snippet:bench.block", "C38")
 def test_block_used_for_the_norm_share_runs_each_norm():
-    """The decoder block of the C38 measurement gives the same output with F.rms_norm and the fused op."""
+    """The decoder layer of the C38 measurement gives the same output with LlamaRMSNorm and the fused op."""
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
     from reference_impl.studies import bench
 
+    cfg = LlamaConfig(hidden_size=64, intermediate_size=96, num_attention_heads=4, num_key_value_heads=4,
+                      num_hidden_layers=1)
+    cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    eager = bench._Block(64, 4, 96, lambda x, w: F.rms_norm(x, (64,), w, 1e-6))
-    fast = bench._Block(64, 4, 96, lambda x, w: fused.fused_rms_norm(x, w, 1e-6))
-    fast.load_state_dict(eager.state_dict())
+    layer = LlamaDecoderLayer(cfg, layer_idx=0).eval()
+    with torch.no_grad():
+        layer.input_layernorm.weight.uniform_(0.5, 1.5)
     x = torch.randn(2, 16, 64)
-    torch.testing.assert_close(fast(x), eager(x), rtol=1e-5, atol=1e-5)
-
-
-def _bench_data():
-    path = REPO / "docs" / "data" / "bench_cpu.json"
-    assert path.exists(), "docs/data/bench_cpu.json is missing: run python -m reference_impl.studies.bench"
-    return json.loads(path.read_text())
+    pos = torch.arange(16).unsqueeze(0)
+    rope = LlamaRotaryEmbedding(cfg)(x, pos)
+    with torch.no_grad():
+        want = layer(x, position_embeddings=rope, position_ids=pos)
+        layer.input_layernorm = bench.FusedRMSNorm(layer.input_layernorm)
+        layer.post_attention_layernorm = bench.FusedRMSNorm(layer.post_attention_layernorm)
+        got = layer(x, position_embeddings=rope, position_ids=pos)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.guards("C04", "C05", "C38", "fused.bench_data")
 def test_committed_benchmark_data_is_well_formed():
-    from reference_impl.studies import bench
+    """The committed file matches its schema; its operation counts are the closed forms (the rest of its
+    checks, physical plausibility and labels re-derived from the timings, are in tests/test_data_files.py)."""
+    from reference_impl.studies import schemas
 
-    data = _bench_data()
-    for key in ("date", "machine", "sources_sha256", "settings", "results", "summary", "flops", "block", "plots"):
-        assert key in data, key
-    assert data["machine"]["cpu"] and data["machine"]["cores"] >= 1 and data["machine"]["torch"]
-    for name in data["plots"]:
-        assert (REPO / "docs" / "data" / "plots" / name).exists(), name
-    seen = set()
-    for r in data["results"]:
-        seen.add((r["dtype"], r["rows"], r["hidden"], r["mode"], r["impl"]))
-        if "skipped" in r:
-            continue
-        assert r["repeats"] >= bench.MIN_REPEATS and r["min_s"] <= r["median_s"]
-        assert r["bytes"] == bench.min_bytes(r["rows"], r["hidden"], bench.DTYPES[r["dtype"]], r["mode"], r["impl"])
-        assert abs(r["gbps"] - r["bytes"] / r["median_s"] / 1e9) <= 1e-9 * r["gbps"]
-    shapes = [tuple(s) for s in data["settings"]["shapes"]]
-    assert len(seen) == len(shapes) * len(data["settings"]["dtypes"]) * len(bench.MODES) * len(bench.IMPLS)
-    assert (4096, 1024) in shapes and (32768, 8192) in shapes
-    # every fused and copy measurement ran (only slow references may be skipped for memory)
-    for r in data["results"]:
-        if r["impl"] in ("copy", "fused_rms_norm", "fused_layer_norm", "compiled_rms_norm"):
-            assert "skipped" not in r, r
-    # summaries recomputed from the rows
-    assert data["summary"] == json.loads(json.dumps(bench._summaries(data["results"])))
+    data = schemas.check_file(REPO / "docs" / "data" / "bench_cpu.json")
     for d, f in data["flops"].items():
         assert f["rms"]["total"] == 4 * int(d) + 2 and f["layer_norm"]["total"] == 7 * int(d) + 2
-    blk = data["block"]
-    for mode in bench.MODES:
-        share = blk[mode]["norm_share"]
-        assert set(share) == {"eager_rms_norm", "fused_rms_norm", "eager_layer_norm", "fused_layer_norm"}
-        assert all(-1 < v < 1 for v in share.values())
-
-
-@pytest.mark.guards("fused.bench_reading", "C04")
-def test_performance_page_statements_hold_in_the_data():
-    """The Performance page's sentences that are not numbers: each must hold in the committed data."""
-    data = _bench_data()
-    for stat in ("median", "min"):
-        for dtype in ("float32", "bfloat16"):
-            fb = data["summary"][stat]["forward_backward"][dtype]
-            # "forward+backward: the fused op is faster than torch.compile at every shape for both dtypes"
-            assert fb["compile_target_met_shapes"] == fb["shapes"], (stat, dtype)
-            # "Eager F.rms_norm ... is the slowest line": the fused op beats it everywhere
-            assert data["summary"][stat]["forward"][dtype]["fused_speedup_over_eager_min"] > 1
-        # "bfloat16 forward: the copy target is missed at most shapes"
-        bf = data["summary"][stat]["forward"]["bfloat16"]
-        assert bf["copy_target_met_shapes"] < bf["shapes"] / 2
-        # eager: "negative: F.rms_norm is the slower one"
-        assert data["summary"][stat]["forward"]["float32"]["ln_to_rms_time_reduction_eager_max"] < 0
+    for name in data["plots"]:
+        assert (REPO / "docs" / "data" / "plots" / name).exists(), name

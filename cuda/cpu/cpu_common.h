@@ -1,12 +1,9 @@
-// Shared pieces of the CPU norm kernels: scalar conversions, the one-lane "vector" S used for row tails,
-// run-time choice of the instruction set, input checks and the deterministic gradient reduction.
+// Shared pieces of the CPU glue (rms_norm_cpu.cpp, layer_norm_cpu.cpp): row blocking, the streaming-store
+// threshold, input checks and the deterministic gradient reduction. The kernels themselves do not need it.
 #pragma once
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
-#include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
@@ -15,28 +12,6 @@
 #include <cstring>
 
 namespace normlab_cpu {
-
-// Scalar conversions; the 16-bit ones round to nearest even (c10's own conversions).
-inline float to_f(float v) { return v; }
-inline float to_f(c10::BFloat16 v) { return static_cast<float>(v); }
-inline float to_f(c10::Half v) { return static_cast<float>(v); }
-inline float from_f(float v, float*) { return v; }
-inline c10::BFloat16 from_f(float v, c10::BFloat16*) { return c10::BFloat16(v); }
-inline c10::Half from_f(float v, c10::Half*) { return c10::Half(v); }
-
-// One lane: the tail of a row (hidden sizes that are not a multiple of the vector width) uses the same
-// operations in the same order as a vector lane, so every element gets identical bits either way.
-struct S {
-  static constexpr int W = 1;
-  using R = float;
-  static inline R set1(float v) { return v; }
-  static inline R add(R a, R b) { return a + b; }
-  static inline R sub(R a, R b) { return a - b; }
-  static inline R mul(R a, R b) { return a * b; }
-  template <class T> static inline R load(const T* p) { return to_f(*p); }
-  template <class T> static inline void store(T* p, R v) { *p = from_f(v, p); }
-  template <class T> static inline R round(R v, T* tag) { return to_f(from_f(v, tag)); }
-};
 
 // Rows per block of the gradient reduction over rows. Fixed, so the partition of rows into blocks (and
 // hence every rounding in dweight/dbias) depends only on the shape, never on the number of threads.
@@ -51,30 +26,6 @@ inline int64_t stream_bytes() {
 }
 // Rows per parallel task aim at this many elements, so small inputs are not split across threads.
 constexpr int64_t kGrainElems = 16384;
-
-// --8<-- [start:dispatch]
-enum class Isa { scalar = 0, avx2 = 1, avx512 = 2, avx512bf16 = 3 };
-
-// The best instruction set this processor supports; NORMLAB_CPU_ISA=scalar|avx2|avx512 can ask for a
-// lower one (read on every call, so the tests can compare all four paths in one process).
-inline Isa pick_isa() {
-  static const Isa best = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-      return __builtin_cpu_supports("avx512bf16") ? Isa::avx512bf16 : Isa::avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::avx2;
-    return Isa::scalar;
-  }();
-  Isa want = best;
-  if (const char* env = std::getenv("NORMLAB_CPU_ISA")) {
-    if (!std::strcmp(env, "scalar")) want = Isa::scalar;
-    else if (!std::strcmp(env, "avx2")) want = Isa::avx2;
-    else if (!std::strcmp(env, "avx512")) want = Isa::avx512;
-  }
-  return static_cast<int>(want) < static_cast<int>(best) ? want : best;
-}
-// --8<-- [end:dispatch]
 
 inline void check_x(const at::Tensor& x, const char* op) {
   TORCH_CHECK(x.device().is_cpu(), op, ": x must be a CPU tensor here, got ", x.device());

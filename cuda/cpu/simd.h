@@ -1,17 +1,58 @@
-// Vector layer of the CPU norm kernels, one `struct V` per instruction set.
+// The vector layer of the CPU norm kernels: one struct per instruction set, and the two row helpers
+// every kernel is written with. Self-contained: it needs <immintrin.h> and c10's two 16-bit float types
+// (header-only: c10/util/BFloat16.h, c10/util/Half.h), nothing else from PyTorch.
 //
-// No include guard on purpose: a kernel source includes this file once per instruction set, inside a
-// `#pragma GCC target(...)` region and a namespace of its own, with NL_ISA set to 512 (AVX-512F/BW/VL/DQ;
-// with NL_BF16_NATIVE also AVX512-BF16), 256 (AVX2 + FMA + F16C) or 0 (portable scalar code). The same
-// kernel text is then compiled four times and cpu_common.h picks one at run time from what the processor reports (the "foreach target" pattern of
-// Highway and simdjson). Element types: float, c10::BFloat16, c10::Half, handled as raw bits.
+//   Vec512Bf16  AVX-512F/BW/VL/DQ + AVX512-BF16  16 float lanes, one-instruction bf16 conversion
+//   Vec512      AVX-512F/BW/VL/DQ                16 float lanes
+//   Vec256      AVX2 + FMA + F16C                8 float lanes
+//   VecScalar   portable C++                     1 lane
+//   S           one element: the tail of a row that is not a multiple of the vector width
+//
+// Each struct is compiled for its instruction set (the `#pragma GCC target` region around it), and its
+// `run(body)` calls `body(Vec{})` with every call inside inlined and compiled for that instruction set
+// (GCC's `flatten`). A kernel is a template over the vector type V, so one kernel text gives every build;
+// isa.h picks one at run time. No `-m` flag applies to the whole library, so it loads on any x86-64
+// processor.
 //
 // Every conversion to a 16-bit type rounds to nearest, ties to even, exactly as c10::BFloat16(float) and
 // c10::Half(float) do, so a vector lane and the scalar tail give the same bits for the same element.
+#pragma once
 
-#if NL_ISA == 512
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+
+namespace normlab_cpu {
+
+// Scalar conversions; the 16-bit ones round to nearest even (c10's own conversions).
+inline float to_f(float v) { return v; }
+inline float to_f(c10::BFloat16 v) { return static_cast<float>(v); }
+inline float to_f(c10::Half v) { return static_cast<float>(v); }
+inline float from_f(float v, float*) { return v; }
+inline c10::BFloat16 from_f(float v, c10::BFloat16*) { return c10::BFloat16(v); }
+inline c10::Half from_f(float v, c10::Half*) { return c10::Half(v); }
+
+// One lane: the tail of a row (hidden sizes that are not a multiple of the vector width) uses the same
+// operations in the same order as a vector lane, so every element gets identical bits either way.
+struct S {
+  static constexpr int W = 1;
+  using R = float;
+  static inline R set1(float v) { return v; }
+  static inline R add(R a, R b) { return a + b; }
+  static inline R sub(R a, R b) { return a - b; }
+  static inline R mul(R a, R b) { return a * b; }
+  template <class T> static inline R load(const T* p) { return to_f(*p); }
+  template <class T> static inline void store(T* p, R v) { *p = from_f(v, p); }
+  template <class T> static inline R round(R v, T* tag) { return to_f(from_f(v, tag)); }
+};
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")
 // --8<-- [start:vec512]
-struct V {
+struct Vec512 {
   static constexpr int W = 16;  // float lanes per register
   using R = __m512;
   static inline R zero() { return _mm512_setzero_ps(); }
@@ -37,38 +78,8 @@ struct V {
     __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
     return _mm512_mask_blend_epi32(nan, r, _mm512_set1_epi32(0x7FC0));
   }
-#if NL_BF16_NATIVE
-  // AVX512-BF16 converts 16 lanes in one instruction, rounding to nearest even, but it treats denormal
-  // inputs as zero and keeps NaN payloads; lanes like that (rare) take the exact path above instead.
-  static inline __m256i bf16_pack(R v) {
-    const __mmask16 odd = _mm512_fpclass_ps_mask(v, 0xA1);  // QNaN | SNaN | denormal
-    if (__builtin_expect(!_kortestz_mask16_u8(odd, odd), 0))  // KORTEST: test the mask without a move to a GPR
-      return _mm512_cvtepi32_epi16(bf16_bits(v));
-    return (__m256i)_mm512_cvtneps_pbh(v);
-  }
-  static inline R bf16_widen(__m256i b) {  // 16 bf16 values -> 16 floats (append 16 zero bits)
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
-  }
-  static inline R bf16_round(R v) {  // one conversion and one widening instead of the 7-op integer RNE
-    return bf16_widen(bf16_pack(v));
-  }
-  // Two vectors -> 32 bf16 in one VCVTNE2PS2BF16 (b to the high half), with one class check for both.
-  static inline __m512i bf16_pack2(R a, R b) {
-    if (__builtin_expect(!_kortestz_mask16_u8(_mm512_fpclass_ps_mask(a, 0xA1), _mm512_fpclass_ps_mask(b, 0xA1)), 0))
-      return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(bf16_bits(a))),
-                                _mm512_cvtepi32_epi16(bf16_bits(b)), 1);
-    return (__m512i)_mm512_cvtne2ps_pbh(b, a);
-  }
-  static inline void store2(c10::BFloat16* p, R a, R b) {
-    _mm512_storeu_si512(reinterpret_cast<__m512i*>(p), bf16_pack2(a, b));
-  }
-  static inline void stream2(c10::BFloat16* p, R a, R b) {
-    _mm512_stream_si512(reinterpret_cast<__m512i*>(p), bf16_pack2(a, b));
-  }
-#else
   static inline __m256i bf16_pack(R v) { return _mm512_cvtepi32_epi16(bf16_bits(v)); }
   static inline R bf16_round(R v) { return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_bits(v), 16)); }
-#endif
   static inline void store(float* p, R v) { _mm512_storeu_ps(p, v); }
   static inline void store(c10::BFloat16* p, R v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bf16_pack(v));
@@ -95,11 +106,67 @@ struct V {
   template <class T> static inline void store2(T* p, R a, R b) { store(p, a); store(p + W, b); }
   template <class T> static inline void stream2(T* p, R a, R b) { stream(p, a); stream(p + W, b); }
   static inline void fence() { _mm_sfence(); }
+  // Runs body(Vec512{}) with every call inside inlined and compiled for this instruction set.
+  template <class F> __attribute__((flatten)) static void run(const F& body) { body(Vec512{}); }
 };
 // --8<-- [end:vec512]
+#pragma GCC pop_options
 
-#elif NL_ISA == 256
-struct V {
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,fma,f16c")
+// AVX512-BF16 converts 16 lanes in one instruction, rounding to nearest even, but it treats denormal
+// inputs as zero and keeps NaN payloads; lanes like that (rare) take Vec512's exact path instead.
+// Only the bf16 conversions differ from Vec512; the forwarding overloads keep float and fp16 as they are
+// (no `using Vec512::store`: GCC would take two same-signature functions with different targets in one
+// scope for function multiversioning).
+struct Vec512Bf16 : Vec512 {
+  static inline __m256i bf16_pack(R v) {
+    const __mmask16 odd = _mm512_fpclass_ps_mask(v, 0xA1);  // QNaN | SNaN | denormal
+    if (__builtin_expect(!_kortestz_mask16_u8(odd, odd), 0))  // KORTEST: test the mask without a move to a GPR
+      return _mm512_cvtepi32_epi16(bf16_bits(v));
+    return (__m256i)_mm512_cvtneps_pbh(v);
+  }
+  static inline R bf16_widen(__m256i b) {  // 16 bf16 values -> 16 floats (append 16 zero bits)
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
+  }
+  static inline R bf16_round(R v) {  // one conversion and one widening instead of the 7-op integer RNE
+    return bf16_widen(bf16_pack(v));
+  }
+  // Two vectors -> 32 bf16 in one VCVTNE2PS2BF16 (b to the high half), with one class check for both.
+  static inline __m512i bf16_pack2(R a, R b) {
+    if (__builtin_expect(!_kortestz_mask16_u8(_mm512_fpclass_ps_mask(a, 0xA1), _mm512_fpclass_ps_mask(b, 0xA1)), 0))
+      return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(bf16_bits(a))),
+                                _mm512_cvtepi32_epi16(bf16_bits(b)), 1);
+    return (__m512i)_mm512_cvtne2ps_pbh(b, a);
+  }
+  static inline void store(c10::BFloat16* p, R v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bf16_pack(v));
+  }
+  static inline void stream(c10::BFloat16* p, R v) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), bf16_pack(v));
+  }
+  static inline R round(R v, c10::BFloat16*) { return bf16_round(v); }
+  static inline void store2(c10::BFloat16* p, R a, R b) {
+    _mm512_storeu_si512(reinterpret_cast<__m512i*>(p), bf16_pack2(a, b));
+  }
+  static inline void stream2(c10::BFloat16* p, R a, R b) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(p), bf16_pack2(a, b));
+  }
+  static inline void store(float* p, R v) { Vec512::store(p, v); }
+  static inline void store(c10::Half* p, R v) { Vec512::store(p, v); }
+  static inline void stream(float* p, R v) { Vec512::stream(p, v); }
+  static inline void stream(c10::Half* p, R v) { Vec512::stream(p, v); }
+  static inline R round(R v, float* t) { return Vec512::round(v, t); }
+  static inline R round(R v, c10::Half* t) { return Vec512::round(v, t); }
+  template <class T> static inline void store2(T* p, R a, R b) { store(p, a); store(p + W, b); }
+  template <class T> static inline void stream2(T* p, R a, R b) { stream(p, a); stream(p + W, b); }
+  template <class F> __attribute__((flatten)) static void run(const F& body) { body(Vec512Bf16{}); }
+};
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+struct Vec256 {
   static constexpr int W = 8;
   using R = __m256;
   static inline R zero() { return _mm256_setzero_ps(); }
@@ -158,10 +225,12 @@ struct V {
   template <class T> static inline void store2(T* p, R a, R b) { store(p, a); store(p + W, b); }
   template <class T> static inline void stream2(T* p, R a, R b) { stream(p, a); stream(p + W, b); }
   static inline void fence() { _mm_sfence(); }
+  template <class F> __attribute__((flatten)) static void run(const F& body) { body(Vec256{}); }
 };
+#pragma GCC pop_options
 
-#else  // portable scalar code: one "lane"
-struct V {
+// Portable code, one "lane": the build every x86-64 processor runs.
+struct VecScalar {
   static constexpr int W = 1;
   using R = float;
   static inline R zero() { return 0.0f; }
@@ -179,15 +248,15 @@ struct V {
   template <class T> static inline void store2(T* p, R a, R b) { store(p, a); store(p + W, b); }
   template <class T> static inline void stream2(T* p, R a, R b) { stream(p, a); stream(p + W, b); }
   static inline void fence() {}
+  template <class F> static void run(const F& body) { body(VecScalar{}); }
 };
-#endif
 
 // --8<-- [start:row_helpers]
 // Sum over one row of term(q, j), where q is V (a whole vector at j) or S (one element at j). Four
 // independent vector accumulators, then one, then the lanes in a fixed order, then the scalar tail: the
 // order depends only on d, so a row's result never depends on its neighbours or on threads.
-template <class F>
-static inline float row_sum(int64_t d, F&& term) {
+template <class V, class F>
+inline float row_sum(int64_t d, F&& term) {
   constexpr int W = V::W;
   typename V::R a0 = V::zero(), a1 = V::zero(), a2 = V::zero(), a3 = V::zero();
   int64_t j = 0;
@@ -206,8 +275,8 @@ static inline float row_sum(int64_t d, F&& term) {
 // out[j] = value(q, j) for a row of d elements. With `stream`, the few elements before the first 64-byte
 // boundary go one by one and the rest with non-temporal vector stores. Element-wise results do not depend
 // on which path computed them, so the split may depend on the address.
-template <class T, class F>
-static inline void row_store(T* out, int64_t d, bool stream, F&& value) {
+template <class V, class T, class F>
+inline void row_store(T* out, int64_t d, bool stream, F&& value) {
   constexpr int W = V::W;
   int64_t j = 0;
   if (stream && W > 1) {
@@ -223,3 +292,5 @@ static inline void row_store(T* out, int64_t d, bool stream, F&& value) {
   for (; j < d; ++j) S::store(out + j, value(S{}, j));
 }
 // --8<-- [end:row_helpers]
+
+}  // namespace normlab_cpu

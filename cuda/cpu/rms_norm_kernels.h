@@ -1,0 +1,133 @@
+// RMSNorm kernels for the CPU, one template for every instruction set: V is a vector struct of simd.h
+// (Vec512Bf16, Vec512, Vec256, VecScalar), T the element type of x (float, c10::BFloat16, c10::Half),
+// WT the gain's (the torch glue passes float32). This header and simd.h are all a copy needs; the caller
+// runs a kernel under V::run (isa.h's with_isa) so it is compiled for V's instruction set, splits the
+// rows between threads, and owns the memory. Contract (every pointer contiguous, rows of d elements):
+//
+// Forward, per row (one row stays in the L1/L2 cache between its passes, so memory sees each byte once):
+//   [residual]  h = round_x(x + residual), stored as residual_out
+//   pass 1      s = sum h^2                     (fp32, fixed summation order)
+//               rstd = 1 / sqrt(s / d + eps)     (the only value saved for backward besides the input)
+//   pass 2      y = round_x(round_x(h * rstd) * w)       convention 0, Llama
+//               y = round_x((h * rstd) * (1 + w))        convention 1, Gemma
+//               y = round_x(h * rstd)                    no weight
+// Backward, per row: pass 1 a = sum g*h with g = dy * weight_eff; pass 2 dx = rstd * (g - xhat * m) with
+// xhat = h * rstd, m = a * rstd / d, and the row's dy * xhat added to a float32 dweight partial sum.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "simd.h"
+
+namespace normlab_cpu {
+
+struct RmsFwdArgs {
+  const void* x;
+  const void* residual;  // nullptr when no residual is fused
+  void* residual_out;
+  const void* w;         // nullptr when there is no weight
+  void* y;
+  float* rstd;
+  int64_t d;
+  float eps;
+  int convention;        // 0 Llama, 1 Gemma
+  bool stream;           // non-temporal stores for y
+};
+
+struct RmsBwdArgs {
+  const void* dy;
+  const void* x;
+  const void* w;
+  const float* rstd;
+  void* dx;
+  int64_t d;
+  int convention;
+  bool stream;
+};
+
+// --8<-- [start:rms_fwd]
+template <class V, class T, class WT>
+void rms_fwd_rows(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
+  const int64_t d = a.d;
+  const WT* w = static_cast<const WT*>(a.w);
+  for (int64_t i = r0; i < r1; ++i) {
+    const T* h = static_cast<const T*>(a.x) + i * d;
+    T* y = static_cast<T*>(a.y) + i * d;
+    if (a.residual) {  // h = round_x(x + residual): stored once, then read back from the cache
+      const T* r = static_cast<const T*>(a.residual) + i * d;
+      T* ho = static_cast<T*>(a.residual_out) + i * d;
+      row_store<V>(ho, d, false, [&](auto q, int64_t j) {
+        using Q = decltype(q);
+        return Q::add(Q::load(h + j), Q::load(r + j));
+      });
+      h = ho;
+    }
+    const float ss = row_sum<V>(d, [&](auto q, int64_t j) {
+      using Q = decltype(q);
+      auto v = Q::load(h + j);
+      return Q::mul(v, v);
+    });  // the squares are rounded before the add in every lane and in the tail alike
+    const float rs = 1.0f / std::sqrt(ss / static_cast<float>(d) + a.eps);
+    a.rstd[i] = rs;
+    if (!w) {
+      row_store<V>(y, d, a.stream, [&](auto q, int64_t j) {
+        using Q = decltype(q);
+        return Q::mul(Q::load(h + j), Q::set1(rs));
+      });
+    } else if (a.convention == 0) {  // Llama: cast the normalized row to x's dtype, then scale
+      row_store<V>(y, d, a.stream, [&](auto q, int64_t j) {
+        using Q = decltype(q);
+        return Q::mul(Q::round(Q::mul(Q::load(h + j), Q::set1(rs)), static_cast<T*>(nullptr)), Q::load(w + j));
+      });
+    } else {  // Gemma: scale by (1 + w) in fp32, cast once
+      row_store<V>(y, d, a.stream, [&](auto q, int64_t j) {
+        using Q = decltype(q);
+        return Q::mul(Q::mul(Q::load(h + j), Q::set1(rs)), Q::add(Q::set1(1.0f), Q::load(w + j)));
+      });
+    }
+  }
+  if (a.stream) V::fence();
+}
+// --8<-- [end:rms_fwd]
+
+// --8<-- [start:rms_bwd]
+// Rows [r0, r1) form one block; `part` (length d, zeroed) receives the block's dweight partial sum.
+template <class V, class T, class WT>
+void rms_bwd_rows(const RmsBwdArgs& a, int64_t r0, int64_t r1, float* part) {
+  const int64_t d = a.d;
+  const WT* w = static_cast<const WT*>(a.w);
+  const bool gemma = a.convention == 1;
+  for (int64_t i = r0; i < r1; ++i) {
+    const T* dy = static_cast<const T*>(a.dy) + i * d;
+    const T* x = static_cast<const T*>(a.x) + i * d;
+    T* dx = static_cast<T*>(a.dx) + i * d;
+    const float rs = a.rstd[i];
+    auto g = [&](auto q, int64_t j) {  // g = dy * weight_eff
+      using Q = decltype(q);
+      auto v = Q::load(dy + j);
+      if (!w) return v;
+      return Q::mul(v, gemma ? Q::add(Q::set1(1.0f), Q::load(w + j)) : Q::load(w + j));
+    };
+    const float gh = row_sum<V>(d, [&](auto q, int64_t j) {
+      using Q = decltype(q);
+      return Q::mul(g(q, j), Q::load(x + j));
+    });
+    const float m = gh * rs / static_cast<float>(d);  // mean(g * xhat)
+    row_store<V>(dx, d, a.stream, [&](auto q, int64_t j) {
+      using Q = decltype(q);
+      auto xhat = Q::mul(Q::load(x + j), Q::set1(rs));
+      return Q::mul(Q::set1(rs), Q::sub(g(q, j), Q::mul(xhat, Q::set1(m))));
+    });
+    if (part) {  // dweight partial: the row is still in L1/L2
+      row_store<V>(part, d, false, [&](auto q, int64_t j) {
+        using Q = decltype(q);
+        return Q::add(Q::load(part + j), Q::mul(Q::load(dy + j), Q::mul(Q::load(x + j), Q::set1(rs))));
+      });
+    }
+  }
+  if (a.stream) V::fence();
+}
+// --8<-- [end:rms_bwd]
+
+}  // namespace normlab_cpu
