@@ -49,3 +49,13 @@ def test_float16_arithmetic_agrees_at_the_edges():
         assert bool(torch.isfinite(t.float() * t.float())), "in float32 the square is finite"
     z = torch.tensor(DATA["underflow"]["largest_zero_square_of"], dtype=torch.float16)
     assert float(z * z) == 0.0 and float(z.float() * z.float()) > 0
+
+
+def test_an_underflowing_row_is_inf_only_without_eps():
+    """x / sqrt(0) = Inf needs eps = 0; with eps = 1e-6 the row's tiny mean square hardly matters next to
+    eps, so float16 and float32 statistics agree closely (and both scale the row by about 1/sqrt(eps))."""
+    r = DATA["underflow_row"]
+    assert r["value"] ** 2 < DATA["float16_smallest_subnormal"] / 2, "the row's squares must underflow"
+    assert r["eps0_float16_statistics_is_inf"] is True and r["eps0_float32_statistics"] == 1.0
+    assert r["relative_difference"] < 1e-2
+    assert abs(r["float32_statistics"] - r["value"] / (r["value"] ** 2 + r["eps"]) ** 0.5) < 1e-6

@@ -48,6 +48,28 @@ def square_edges() -> dict:
             "its_square": float(smallest_nonzero * smallest_nonzero),
         },
         "eps_in_float16": {"1e-06": float(torch.tensor(1e-6).half()), "1e-05": float(torch.tensor(1e-5).half())},
+        "underflow_row": underflow_row(),
+    }
+
+
+def underflow_row(value: float = 2.0 ** -13, d: int = 128, eps: float = 1e-6) -> dict:
+    """A row of ``d`` equal values whose squares underflow to 0 in float16, normalized with its mean square
+    formed in float16 and in float32: with eps = 0 the float16 statistic gives x / sqrt(0) = Inf; with a
+    typical eps, eps dominates such a row's mean square anyway, and the underflow changes little."""
+    x = torch.full((1, d), value, dtype=torch.float16)
+
+    def norm(stat_dtype, e):
+        xs = x.to(stat_dtype)
+        return (xs * torch.rsqrt(xs.pow(2).mean(-1, keepdim=True) + e)).float()
+
+    y16, y32 = norm(torch.float16, eps), norm(torch.float32, eps)
+    return {
+        "value": value, "d": d, "eps": eps,
+        "eps0_float16_statistics_is_inf": bool(torch.isinf(norm(torch.float16, 0.0)).all()),
+        "eps0_float32_statistics": float(norm(torch.float32, 0.0)[0, 0]),
+        "float16_statistics": float(y16[0, 0]),
+        "float32_statistics": float(y32[0, 0]),
+        "relative_difference": float(((y16 - y32).abs() / y32.abs()).max()),
     }
 
 
