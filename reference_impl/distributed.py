@@ -55,6 +55,9 @@ def _membership(group, fn: str) -> int:
     if not dist.is_initialized():
         raise RuntimeError(f"{fn}: the torch.distributed default process group is not initialised; call "
                            "torch.distributed.init_process_group(backend, ...) on every rank first")
+    if isinstance(group, int) and group == dist.GroupMember.NON_GROUP_MEMBER:
+        raise ValueError(f"{fn}: this process (global rank {dist.get_rank()}) is not a member of group "
+                         "(torch.distributed.new_group returned GroupMember.NON_GROUP_MEMBER here)")
     if group is not None and not isinstance(group, dist.ProcessGroup):
         raise TypeError(f"{fn}: group must be a torch.distributed.ProcessGroup or None, got {type(group).__name__}")
     if dist.get_rank(group) < 0:
