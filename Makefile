@@ -9,7 +9,8 @@ export CUDA_HOME ?= /usr/local/cuda
 export PYTHONUNBUFFERED := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: serve test test-core test-site build clean setup
+.PHONY: serve test test-core test-site build clean setup allocators
+ALLOC_LIBS := /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
 
 setup: $(STAMP)
 
@@ -29,7 +30,7 @@ build: $(STAMP)
 # Phase 1 runs every test that does not touch the site and records the outcomes in build/test-results.json.
 # Phase 2 builds the site strictly (the pages show phase 1's outcomes) and browses it in Chromium.
 # The target fails when either phase fails or collects no test.
-test: $(STAMP)
+test: $(STAMP) allocators
 	@mkdir -p build
 	$(PY) -m pytest -m "not site" ; core=$$? ; \
 	$(PY) -m pytest -m site ; site=$$? ; \
@@ -41,6 +42,17 @@ test-core: $(STAMP)
 
 test-site: $(STAMP)
 	$(PY) -m pytest -m site
+
+# jemalloc and tcmalloc (Debian packages) for the CPU benchmark's allocator comparison: installed when
+# missing and apt-get can run (as root); otherwise a note, and the benchmark records and skips them.
+allocators:
+	@for f in $(ALLOC_LIBS); do test -e $$f || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "make: installing Debian's libjemalloc2 and libtcmalloc-minimal4"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libjemalloc2 libtcmalloc-minimal4 >/dev/null; \
+	  else echo "make: libjemalloc2 / libtcmalloc-minimal4 missing (apt-get install them as root); the benchmark skips them"; fi; \
+	fi
 
 clean:
 	rm -rf build site

@@ -156,15 +156,21 @@ def run_throughput(names, quick: bool, quiet: bool) -> dict:
     return out
 
 
-def run_rmsnorm_time(quick: bool, quiet: bool) -> dict:
-    """ns per row of the AVX2 RMSNorm row loop with each rsqrt variant, and the rsqrt's share."""
+def run_rmsnorm_time(quick: bool, quiet: bool, repetitions: int | None = None) -> dict:
+    """ns per row of the AVX2 RMSNorm row loop with each rsqrt variant, and the rsqrt's share.
+
+    Each of ``repetitions`` (3 at least, 1 in a quick run) independent timings runs the four variants
+    interleaved; a row's ``rsqrt_share = (t_exact - t_none) / t_exact`` is the median over them, reported
+    only where every repetition saw t_none below t_exact ("measured"); otherwise it is None and
+    ``rsqrt_share_high`` (the largest share any repetition saw, at least 0) bounds it ("within noise")."""
     from tqdm import tqdm
 
     if not R.cpu_features().get("avx2") or not R.cpu_features().get("fma"):
         return {"available": False, "reason": "the row loop needs AVX2 and FMA"}
+    reps_n = repetitions or (1 if quick else 5)
     sizes = {"cache": 1 << 16, "stream": 1 << 19} if quick else {"cache": 1 << 20, "stream": 1 << 25}
     out = {"available": True, "variants": ["exact", "rsqrtss", "rsqrtss_nr1", "none"], "elements": sizes,
-           "threads": 1, "rows": {}}
+           "threads": 1, "repetitions": reps_n, "rows": {}}
     out["scalar_rsqrt_ns"] = {v: R.scalar_rsqrt_ns(v, 1 << 16, 3 if quick else 9)
                               for v in ("exact", "rsqrtss", "rsqrtss_nr1")}
     ds = [256, 4096] if quick else [64, 256, 1024, 4096, 8192]
@@ -172,19 +178,27 @@ def run_rmsnorm_time(quick: bool, quiet: bool) -> dict:
         entry = {}
         for where, n in sizes.items():
             rows = max(1, n // d)
-            t = R.rmsnorm_row_ns(d, rows, 3 if quick else 15)
-            t["rsqrt_share"] = max(0.0, (t["exact"] - t["none"]) / t["exact"])
+            runs = [R.rmsnorm_row_ns(d, rows, 3 if quick else 9) for _ in range(reps_n)]
+            t = {v: float(np.median([r[v] for r in runs])) for v in out["variants"]}
+            shares = [(r["exact"] - r["none"]) / r["exact"] for r in runs]
+            measured = reps_n >= 3 and all(r["none"] < r["exact"] for r in runs)
+            t["rsqrt_share_label"] = "measured" if measured else ("within noise" if reps_n >= 3 else "not repeated")
+            t["rsqrt_share"] = float(np.median(shares)) if measured else None
+            t["rsqrt_share_low"] = float(min(shares))
+            t["rsqrt_share_high"] = float(max(shares))
             t["scalar_rsqrt_share"] = out["scalar_rsqrt_ns"]["exact"] / t["exact"]
             t["saving_rsqrtss"] = (t["exact"] - t["rsqrtss"]) / t["exact"]
             t["saving_rsqrtss_nr1"] = (t["exact"] - t["rsqrtss_nr1"]) / t["exact"]
             t["rows"] = rows
             entry[where] = t
         out["rows"][str(d)] = entry
-    # maxima over the cache-resident runs (streaming runs are dominated by memory traffic and noise)
-    for key in ("rsqrt_share", "scalar_rsqrt_share"):
-        out[f"max_{key}"] = max(e["cache"][key] for e in out["rows"].values())
-        out[f"max_{key}_d1024_up"] = max(out["rows"][str(d)]["cache"][key] for d in ds if d >= 1024)
-    out["max_saving_rsqrtss_d1024_up"] = max(0.0, max(out["rows"][str(d)]["cache"]["saving_rsqrtss"] for d in ds if d >= 1024))
+    # upper bounds over the cache-resident runs (streaming runs are dominated by memory traffic and noise)
+    big = [str(d) for d in ds if d >= 1024]
+    out["max_rsqrt_share"] = max(max(0.0, e["cache"]["rsqrt_share_high"]) for e in out["rows"].values())
+    out["max_rsqrt_share_d1024_up"] = max([max(0.0, out["rows"][d]["cache"]["rsqrt_share_high"]) for d in big] or [0.0])
+    out["max_scalar_rsqrt_share"] = max(e["cache"]["scalar_rsqrt_share"] for e in out["rows"].values())
+    out["max_scalar_rsqrt_share_d1024_up"] = max([out["rows"][d]["cache"]["scalar_rsqrt_share"] for d in big] or [0.0])
+    out["max_saving_rsqrtss_d1024_up"] = max([max(0.0, out["rows"][d]["cache"]["saving_rsqrtss"]) for d in big] or [0.0])
     return out
 
 
@@ -343,15 +357,29 @@ def render_plots(data: dict, outdir: Path) -> list[Path]:
 
     rt = data.get("rmsnorm_time", {})
     if rt.get("available"):
+        # median share with the repetitions' range; hollow markers: not separated from the noise
         fig, ax = plt.subplots(figsize=(8, 4))
         ds = list(rt["rows"])
-        for where, mark in (("cache", "o-"), ("stream", "s--")):
-            ax.plot([int(d) for d in ds], [100 * rt["rows"][d][where]["rsqrt_share"] for d in ds], mark,
-                    label=f"{where}: (t_exact - t_none) / t_exact")
+        for where, mark, color in (("cache", "o", "tab:blue"), ("stream", "s", "tab:orange")):
+            xs = [int(d) for d in ds]
+            rows = [rt["rows"][d][where] for d in ds]
+            mid = [100 * r["rsqrt_share"] if r.get("rsqrt_share") is not None
+                   else 50 * (r.get("rsqrt_share_low", 0) + r.get("rsqrt_share_high", 0)) for r in rows]
+            lo = [m - 100 * r.get("rsqrt_share_low", m / 100) for m, r in zip(mid, rows)]
+            hi = [100 * r.get("rsqrt_share_high", m / 100) - m for m, r in zip(mid, rows)]
+            ax.errorbar(xs, mid, yerr=[lo, hi], fmt="none", ecolor=color, capsize=3, lw=0.8)
+            for x, m, r in zip(xs, mid, rows):
+                ok = r.get("rsqrt_share_label", "measured") == "measured"
+                ax.plot([x], [m], mark, color=color, mfc=color if ok else "white")
+            ax.plot([], [], mark, color=color, label=f"{where}: (t_exact - t_none) / t_exact")
+        ax.plot([], [], "o", color="grey", mfc="white", label="hollow: within the noise of the repetitions")
+        ax.axhline(0, color="black", lw=0.6)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("row length d")
         ax.set_ylabel("share of the row's time spent on rsqrt (%)")
-        ax.set_title(f"RMSNorm forward row loop, fp32, one thread ({cpu})", fontsize=9)
+        reps = rt.get("repetitions", 1)
+        ax.set_title(f"RMSNorm forward row loop, fp32, one thread, {reps} repetitions: median and range ({cpu})",
+                     fontsize=9)
         ax.legend(fontsize=8)
         fig.tight_layout()
         written.append(_save(fig, outdir / "rsqrt_rmsnorm_share.svg"))

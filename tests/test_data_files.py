@@ -1,0 +1,338 @@
+"""The data files under docs/data/ are what the project's commands wrote, and the pages say only what they hold.
+
+- Every file has a schema and matches it; a corrupt, truncated or ill-typed file fails, with its path named,
+  both here and in the site build (``site_hooks/data.py``).
+- Every file's provenance hash matches its sources as they are now (:mod:`reference_impl.provenance`).
+- Studies that run in about a minute or less are re-run and compared with the committed file: exactly for
+  integers, strings and booleans, within a tolerance derived from float32 rounding for floats (the order of
+  float32 reductions depends on the CPU's vector width).
+- The CPU benchmark's file is physically plausible, its comparisons and targets follow from its own raw
+  timings, and the Performance page says "faster" only through labels the data backs.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from reference_impl import provenance as pv
+from reference_impl.studies import schemas
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO / "docs" / "data"
+FILES = schemas.data_files(DATA)
+U32 = 2.0**-24
+# a float32 quantity recomputed with another reduction order moves by a few units of float32 rounding
+# (7.4 u32 was the largest change seen between an AMD and an Intel machine); 128 u32 leaves a wide margin
+# while a hand-edited figure is off by far more
+FLOAT_RTOL = 128 * U32
+
+
+def _compare(stored, fresh, path="") -> list[str]:
+    """Differences between a committed and a recomputed structure (floats within FLOAT_RTOL)."""
+    if isinstance(stored, dict) and isinstance(fresh, dict):
+        out = [f"{path}.{k}: missing in the committed file" for k in fresh if k not in stored]
+        out += [f"{path}.{k}: not produced by the study" for k in stored if k not in fresh]
+        return out + [d for k in fresh if k in stored for d in _compare(stored[k], fresh[k], f"{path}.{k}")]
+    if isinstance(stored, list) and isinstance(fresh, list):
+        if len(stored) != len(fresh):
+            return [f"{path}: {len(stored)} items committed, {len(fresh)} recomputed"]
+        return [d for i, (a, b) in enumerate(zip(stored, fresh)) for d in _compare(a, b, f"{path}.{i}")]
+    if isinstance(stored, float) or isinstance(fresh, float):
+        ok = (isinstance(stored, (int, float)) and isinstance(fresh, (int, float)) and not isinstance(stored, bool)
+              and math.isclose(stored, fresh, rel_tol=FLOAT_RTOL, abs_tol=0.0))
+        return [] if ok else [f"{path}: committed {stored!r}, recomputed {fresh!r}"]
+    return [] if stored == fresh and type(stored) is type(fresh) else [f"{path}: committed {stored!r}, recomputed {fresh!r}"]
+
+
+# ------------------------------------------------------------------------------------------ schemas
+
+@pytest.mark.guards("data:schemas")
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_data_file_has_a_schema_and_matches_it(path):
+    assert schemas.schema_path(path.name).exists(), f"no schema for docs/data/{path.name}"
+    schemas.check_file(path)
+
+
+def test_every_schema_is_valid_and_names_its_file():
+    from jsonschema import Draft202012Validator
+
+    for p in sorted(schemas.HERE.glob("*.schema.json")):
+        schema = json.loads(p.read_text())
+        Draft202012Validator.check_schema(schema)
+        assert schema["$id"] == p.name
+
+
+def _copy_with(tmp_path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.guards("data:schemas")
+def test_truncated_corrupt_and_ill_typed_files_fail_with_their_path(tmp_path):
+    good = (DATA / "numerics.json").read_text()
+    truncated = _copy_with(tmp_path, "numerics.json", good[: len(good) // 2])
+    with pytest.raises(schemas.DataFileError, match=r"numerics\.json is not valid JSON"):
+        schemas.check_file(truncated)
+    data = json.loads(good)
+    data["casting"]["bfloat16"]["fraction_different"] = "0.988"  # a string where a number belongs
+    ill = _copy_with(tmp_path, "numerics.json", json.dumps(data))
+    with pytest.raises(schemas.DataFileError, match=r"(?s)numerics\.json does not match.*casting\.bfloat16\.fraction_different"):
+        schemas.check_file(ill)
+    data["casting"]["bfloat16"]["fraction_different"] = 1.7  # a fraction above one
+    with pytest.raises(schemas.DataFileError, match="fraction_different"):
+        schemas.check_file(_copy_with(tmp_path, "numerics.json", json.dumps(data)))
+    del data["provenance"]["source_hash"]
+    with pytest.raises(schemas.DataFileError, match="source_hash"):
+        schemas.check_file(_copy_with(tmp_path, "numerics.json", json.dumps(data)))
+    with pytest.raises(schemas.DataFileError, match=r"new_study\.json: no schema"):
+        schemas.check_file(_copy_with(tmp_path, "new_study.json", "{}"))
+
+
+@pytest.mark.guards("data:schemas")
+def test_the_site_build_names_a_broken_data_file(tmp_path, monkeypatch):
+    """site_hooks.data validates every file before any page reads a number; errors name the file."""
+    sys.path.insert(0, str(REPO))
+    from site_hooks import data as site_data
+    from site_hooks.macros import MacroError, PageContext, expand
+
+    for p in FILES:
+        shutil.copy(p, tmp_path / p.name)
+    (tmp_path / "advice.json").write_text((DATA / "advice.json").read_text()[:-200])
+    monkeypatch.setattr(site_data, "DATA", tmp_path)
+    site_data.clear_caches()
+    try:
+        with pytest.raises(MacroError, match=r"advice\.json is not valid JSON"):
+            expand('{{ data("numerics.json", "casting.bfloat16.d") }}', PageContext("x.md"))
+    finally:
+        site_data.clear_caches()
+    monkeypatch.undo()
+    assert expand('{{ data("numerics.json", "casting.bfloat16.d") }}', PageContext("x.md")) == "4096"
+
+
+# ------------------------------------------------------------------------------------------ provenance
+
+@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
+def test_data_file_comes_from_the_current_sources(path):
+    data = json.loads(path.read_text())
+    ok, why = pv.is_current(data)
+    assert ok, f"docs/data/{path.name}: {why}"
+
+
+STUDY_SOURCES = {  # data file -> the module whose SOURCES the file must list
+    "numerics.json": "numerics", "advice.json": "advice", "rsqrt_cpu.json": "rsqrt", "bench_cpu.json": "bench",
+}
+
+
+@pytest.mark.parametrize("name,module", sorted(STUDY_SOURCES.items()))
+def test_data_file_lists_the_sources_its_study_reads_now(name, module):
+    """A study that starts reading another module changes its SOURCES: the committed file is then stale."""
+    import importlib
+
+    mod = importlib.import_module(f"reference_impl.studies.{module}")
+    data = json.loads((DATA / name).read_text())
+    assert data["provenance"]["sources"] == list(mod.SOURCES), f"rerun {data['provenance']['command']}"
+
+
+def test_source_hash_ignores_docstrings_and_comments_but_not_code(tmp_path):
+    py = tmp_path / "m.py"
+    py.write_text('"""Doc."""\nx = 1  # one\n\ndef f():\n    """Doc."""\n    return x + 1\n')
+    cpp = tmp_path / "k.cpp"
+    cpp.write_text('// top\nint f() { /* why */ return 1; }  // end\nconst char* s = "// kept";\n')
+    h0 = pv.source_hash(["m.py", "k.cpp"], root=tmp_path)
+    py.write_text('"""Another docstring."""\nx = 1  # another comment\n\n\ndef f():\n    return x + 1\n')
+    cpp.write_text('int f() {   return 1; }\n/* a\nblock */\nconst char* s = "// kept";\n')
+    assert pv.source_hash(["m.py", "k.cpp"], root=tmp_path) == h0
+    cpp.write_text('int f() { return 1; }\nconst char* s = "// changed";\n')
+    assert pv.source_hash(["m.py", "k.cpp"], root=tmp_path) != h0
+    cpp.write_text('int f() { return 1; }\nconst char* s = "// kept";\n')
+    assert pv.source_hash(["m.py", "k.cpp"], root=tmp_path) == h0
+    py.write_text('x = 2\n\ndef f():\n    return x + 1\n')
+    assert pv.source_hash(["m.py", "k.cpp"], root=tmp_path) != h0
+    assert pv.source_hash(["m.py", "k.cpp"], ["-O3"], root=tmp_path) != pv.source_hash(["m.py", "k.cpp"], root=tmp_path)
+    with pytest.raises(FileNotFoundError, match="missing.py"):
+        pv.source_hash(["missing.py"], root=tmp_path)
+
+
+def test_record_and_finish_give_the_documented_block():
+    from jsonschema import Draft202012Validator
+
+    prov = pv.finish(pv.record("python -m reference_impl.studies.numerics", ["reference_impl/oracle.py"], quick=True))
+
+    Draft202012Validator(json.loads(schemas.schema_path("provenance.json").read_text())).validate(prov)
+    assert prov["quick"] is True and prov["sources"] == ["reference_impl/oracle.py"] and "_t0" not in prov
+
+
+# ------------------------------------------------------------------------------------------ re-run studies
+
+@pytest.mark.slow
+@pytest.mark.guards("data:numerics.json")
+def test_numerics_study_reproduces_the_committed_file():
+    """~10 s: the committed numbers are what the code computes now (floats within FLOAT_RTOL)."""
+    from reference_impl.studies import numerics
+
+    stored = json.loads((DATA / "numerics.json").read_text())
+    fresh = json.loads(json.dumps(numerics.measure(quick=stored["provenance"]["quick"], progress=False)))
+    diffs = _compare({k: stored[k] for k in fresh}, fresh)
+    assert not diffs, "docs/data/numerics.json differs from a re-run:\n" + "\n".join(diffs[:20])
+
+
+def test_compare_catches_a_hand_edited_figure():
+    stored = json.loads((DATA / "numerics.json").read_text())
+    edited = json.loads(json.dumps(stored))
+    edited["casting"]["bfloat16"]["fraction_different"] = 0.988
+    assert _compare(edited["casting"], stored["casting"])
+    nudged = json.loads(json.dumps(stored))
+    v = nudged["eps_placement"]["rows"][4]["relative_gap"]
+    nudged["eps_placement"]["rows"][4]["relative_gap"] = v * (1 + 8 * U32)  # another CPU's last digits
+    assert not _compare(nudged["eps_placement"], stored["eps_placement"])
+
+
+@pytest.mark.slow
+def test_cuda_resources_study_reproduces_the_committed_file(tmp_path):
+    """~40 s: the compiler's report (deterministic for one nvcc version) matches the committed file exactly."""
+    from reference_impl.studies import cuda_resources
+
+    if not cuda_resources.nvcc_path().exists():
+        pytest.skip(f"nvcc not found at {cuda_resources.nvcc_path()}: set CUDA_HOME to the CUDA toolkit")
+    stored = json.loads((DATA / "cuda_resources.json").read_text())
+    if cuda_resources.nvcc_version() != stored["nvcc"]:
+        pytest.skip(f"the committed report is from nvcc {stored['nvcc']}, this machine has {cuda_resources.nvcc_version()}")
+    fresh = cuda_resources.run(tmp_path / "cuda_resources.json")
+    for key in ("kernels", "totals", "flags", "arch", "nvcc"):
+        assert fresh[key] == stored[key], f"docs/data/cuda_resources.json: {key} differs from a re-run"
+
+
+# ------------------------------------------------------------------------------------------ the CPU benchmark
+
+BENCH = json.loads((DATA / "bench_cpu.json").read_text())
+
+
+def _bench():
+    from reference_impl.studies import bench
+
+    return bench
+
+
+@pytest.mark.guards("bench.data")
+def test_bench_records_are_self_consistent():
+    bench = _bench()
+    for r in BENCH["results"]:
+        assert r["bytes"] == bench.min_bytes(r["rows"], r["hidden"], bench.DTYPES[r["dtype"]], r["mode"], r["impl"])
+        if "skipped" in r:
+            continue
+        assert r["min_s"] <= r["q1_s"] <= r["median_s"] <= r["q3_s"] <= r["max_s"], r
+        assert all(r["min_s"] <= t <= r["max_s"] for t in r["round_median_s"]), r
+        assert len(r["round_median_s"]) == BENCH["settings"]["repeats"]
+        assert math.isclose(r["gbps"], r["bytes"] / r["median_s"] / 1e9, rel_tol=1e-9)
+        assert r["minflt_per_call"] >= 0
+    if not BENCH["provenance"]["quick"]:
+        assert BENCH["settings"]["repeats"] >= 3 and BENCH["load"]["quick"] is False
+
+
+@pytest.mark.guards("bench.data")
+def test_bench_has_no_physically_impossible_figure():
+    """No bandwidth-bound implementation may beat the best copy of the same bytes by much; shares are in
+    (0, 1); a block without norms may not be slower than with them beyond the noise."""
+    if BENCH["provenance"]["quick"]:
+        page = _render("performance.md")
+        assert "smoke run" in page.lower(), "a --quick bench file must be shown as a smoke run"
+    ceilings = {}
+    for r in BENCH["results"]:
+        if r["mode"] == "forward_out" and r["impl"] in ("copy", "stream_copy") and "gbps" in r:
+            key = (r["dtype"], r["rows"], r["hidden"])
+            ceilings[key] = max(ceilings.get(key, 0.0), r["gbps"])
+    for r in BENCH["results"]:
+        if "gbps" not in r or r["mode"] == "forward_backward" or BENCH["provenance"]["quick"]:
+            continue  # a one-call smoke run is not a measurement; its page says so (checked above)
+        top = ceilings[(r["dtype"], r["rows"], r["hidden"])]
+        assert r["gbps"] <= 1.5 * top, f"{r['impl']} {r['mode']} {r['dtype']} {r['rows']}x{r['hidden']}: " \
+                                       f"{r['gbps']:.1f} GB/s is far above the copy ceiling {top:.1f} GB/s"
+    block = BENCH.get("block")
+    if block:
+        for mode in ("forward", "forward_backward"):
+            for k in ("hf_llama_rms_norm", "fused_rms_norm"):
+                s = block[mode][k]
+                assert s["label"] != "slower", f"block {mode}: removing the norms made it slower beyond the noise"
+                assert s["share"] is None or 0 < s["share"] < 1
+                assert s["separated"] == (s["share"] is not None)
+
+
+@pytest.mark.guards("bench.data")
+def test_bench_comparisons_and_targets_follow_from_the_timings():
+    """Re-derives every ratio, label, target and advice entry from the raw records: an edited figure fails."""
+    bench = _bench()
+    results = json.loads(json.dumps(BENCH["results"]))
+    allocs = [a for a, s in BENCH["allocators"].items() if s["available"]]
+    shapes = [tuple(s) for s in BENCH["settings"]["shapes"]]
+    fresh = json.loads(json.dumps(bench.analyse(results, allocs, shapes, BENCH["settings"]["dtypes"])))
+    for key in ("comparisons", "targets", "advice"):
+        diffs = _compare(BENCH[key], fresh[key], key)
+        assert not diffs, "\n".join(diffs[:20])
+    assert _compare(BENCH["results"], results, "results") == []  # ratios to the ceilings too
+
+
+def test_verdict_needs_separated_rounds():
+    bench = _bench()
+    assert bench.verdict([1.0, 1.1, 1.2], [1.3, 1.4, 1.5]) == "faster"
+    assert bench.verdict([1.3, 1.4, 1.5], [1.0, 1.1, 1.2]) == "slower"
+    assert bench.verdict([1.0, 1.25, 1.3], [1.2, 1.4, 1.5]) == "within noise"
+    assert bench.verdict([1.0], [2.0]) == "not repeated"
+
+
+def _render(page: str) -> str:
+    sys.path.insert(0, str(REPO))
+    from site_hooks import hooks  # noqa: F401  (registers every macro)
+    from site_hooks.macros import PageContext, expand
+
+    return expand((REPO / "docs" / page).read_text(), PageContext(page))
+
+
+@pytest.mark.guards("bench.page")
+def test_performance_page_says_faster_only_through_the_data():
+    """The page's own words never claim an order ("faster", "slower", "fastest", "beats"); every such word on
+    the rendered page comes from a label the data backs (labels are re-derived above)."""
+    raw = (REPO / "docs" / "performance.md").read_text()
+    typed = re.sub(r"\{\{.*?\}\}", " ", raw, flags=re.S)
+    typed = re.sub(r"```.*?```", " ", typed, flags=re.S)
+    typed = re.sub(r'"[a-z ]+"', " ", typed)  # a label quoted to explain it is not a claim
+    claims = re.findall(r"\b(faster|slower|fastest|slowest|beats?|outperforms?)\b", typed, flags=re.I)
+    assert not claims, f"docs/performance.md states an order in its own words: {claims}"
+    rendered = re.sub(r'"[a-z ]+"', " ", _render("performance.md"))
+    labels = {c["label"] for c in BENCH["comparisons"]}
+    if "faster" not in labels:
+        assert not re.search(r"\bfaster\b", rendered), "the page says faster but no comparison in the data is separated"
+
+
+@pytest.mark.slow
+def test_bench_quick_run_writes_a_valid_file(tmp_path):
+    """The command's smoke mode (one allocator, no block) runs and writes a file its schema accepts."""
+    if os.environ.get("BENCH_SMOKE", "1") == "0":
+        pytest.skip("BENCH_SMOKE=0")
+    bench = _bench()
+    out = tmp_path / "bench_cpu.json"
+    assert bench.main(["--quick", "--allocators", "glibc", "--no-block", "--out", str(out),
+                       "--plots", str(tmp_path / "plots")]) == 0
+    data = schemas.check_file(out)
+    assert data["provenance"]["quick"] is True and data["load"]["quick"] is True
+    assert {c["label"] for c in data["comparisons"]} <= {"not repeated"}
+    for p in data["plots"]:
+        assert (tmp_path / "plots" / p).read_text().lstrip().startswith("<?xml")
+
+
+
+def test_allocator_packages_are_installed():
+    """jemalloc and tcmalloc come from Debian packages that .ci/run installs; on CI their absence fails."""
+    bench = _bench()
+    missing = {n: why for n in bench.ALLOCATORS if not (ok := bench.allocator_available(n))[0] for why in [ok[1]]}
+    if missing and os.environ.get("CI") == "true":
+        pytest.fail(f"allocators missing on CI: {missing}")
+    if missing:
+        pytest.skip(f"allocators missing here (the benchmark records and skips them): {missing}")
