@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# GPU checks for a lent GPU machine (an H200 here), in one call of about 6-8 minutes:
+# GPU checks for a lent GPU machine (an H200 here), in one call of at most 8 minutes:
+#   0. install Liger-Kernel from the carried wheel (.whl/liger_kernel-*.whl; pure Python, no network),
 #   1. build the CUDA library (cuda/gpu, sm_90) and the CPU library it extends,
-#   2. run the GPU tests (tests/test_cuda_kernels.py, tests/test_cuda_build.py),
-#   3. run the rsqrt GPU sweep (entry point owned by reference_impl.studies.rsqrt, if present),
-#   4. benchmark forward and forward+backward (reference_impl.studies.bench_gpu) -> docs/data/bench_gpu.json.
-# Everything is logged; with $OUT set (the device tool's output folder) the logs and data files are
-# copied there (at most 8 files). Each step has its own time limit (110 + 150 + 150 + 170 s at most, under
-# the device tool's 600 s per command); a step past its limit gets SIGINT, so pytest still writes its
-# results file and the benchmark keeps the cases it finished. A failed step does not stop the next.
-# Back on the development machine: copy bench_gpu.json (and rsqrt_gpu.json) into docs/data/, render the
-# plots with `python -m reference_impl.studies.bench_gpu --plot-only`, and commit them with the device named.
+#   2. run the CUDA kernel tests on the GPU (tests/test_cuda_kernels.py, the rsqrt sweep test),
+#   3. run the Triton tests on the GPU (tests/test_triton.py -m gpu: the compiled Triton kernels),
+#   R. meanwhile, in the background: the rsqrt GPU sweep (reference_impl.studies.rsqrt --gpu), an error
+#      sweep that times nothing, so it may share the GPU with the tests,
+#   4. alone on the GPU once the others are done: the benchmark (reference_impl.studies.bench_gpu) ->
+#      docs/data/bench_gpu.json.
+# Time limits per step: 85 + 95 + 75 + 175 s in sequence (the rsqrt sweep gets 270 s beside steps 1-3),
+# each with SIGINT first (pytest still writes its results, the benchmark keeps the groups it finished) and
+# SIGKILL 8 s later; with the set-up that stays under 480 s. A failed step does not stop the next.
+# With $OUT set (the device tool's output folder) the logs and data files are copied there (7 files, the
+# tool takes 8). Back on the development machine: copy bench_gpu.json and rsqrt_gpu.json into docs/data/,
+# render the plots with `python -m reference_impl.studies.bench_gpu --plot-only`, and commit them.
 # Usage: scripts/gpu_check.sh            (PY=python3 OUT=/some/dir scripts/gpu_check.sh to override)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+T_START=$SECONDS
 export CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
@@ -30,43 +35,72 @@ fi
 SUMMARY="$OUT/summary.txt"
 LOG="$OUT/build_and_tests.log"
 : >"$SUMMARY"; : >"$LOG"
-note() { echo "[gpu_check $(date -u +%H:%M:%S)] $*" | tee -a "$SUMMARY"; }
+note() { echo "[gpu_check $(date -u +%H:%M:%S) +$((SECONDS - T_START))s] $*" | tee -a "$SUMMARY"; }
 step() {  # step NAME SECONDS LOGFILE CMD...
   local name=$1 secs=$2 log=$3; shift 3
   local t0=$SECONDS
-  timeout --signal=INT --kill-after=20 "$secs" "$@" >>"$log" 2>&1
+  echo "===== $name (limit $secs s): $*" >>"$log"
+  timeout --signal="${STEP_SIGNAL:-INT}" --kill-after=8 "$secs" "$@" >>"$log" 2>&1
   local rc=$?
   note "$name: exit $rc after $((SECONDS - t0)) s (limit $secs s)"
   return $rc
 }
 
-note "python: $PY ($($PY -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available())' 2>&1))"
+note "python: $PY ($($PY -c 'import torch, triton; print("torch", torch.__version__, "cuda", torch.version.cuda, "triton", triton.__version__, "gpu", torch.cuda.is_available())' 2>&1))"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv >>"$SUMMARY" 2>&1 || note "nvidia-smi failed"
-"$CUDA_HOME/bin/nvcc" --version | tail -2 >>"$SUMMARY" 2>&1
+"$CUDA_HOME/bin/nvcc" --version 2>&1 | tail -2 >>"$SUMMARY"
 
-step build 110 "$LOG" "$PY" -c 'from reference_impl import cuda_ops; cuda_ops.ensure_loaded(); print("normlab CUDA library loaded")'
-
-MARK=$(mktemp)
-step gpu-tests 150 "$LOG" "$PY" -m pytest -q -p no:cacheprovider \
-  -k "not emulated" tests/test_cuda_kernels.py tests/test_cuda_build.py \
-  tests/test_rsqrt_cuda_compiles.py::test_gpu_sweep_on_device  # the CPU emulation ran in make test
-if [ -n "$(find build/test-results.json -newer "$MARK" 2>/dev/null)" ]; then
-  cp build/test-results.json "$OUT/gpu_test_results.json"
+# 0. Liger-Kernel, for the benchmark's comparison: pure Python, installed from the carried wheel into a
+#    private folder (no index, no dependencies: it needs torch and triton, which the image has).
+LIGER_SITE="${LIGER_SITE:-/tmp/liger_site}"
+if ls .whl/liger_kernel-*.whl >/dev/null 2>&1; then
+  if "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$LIGER_SITE" \
+       .whl/liger_kernel-*.whl >>"$LOG" 2>&1; then
+    export PYTHONPATH="$PYTHONPATH:$LIGER_SITE"
+    note "liger-kernel: $("$PY" -c 'from importlib.metadata import version; from liger_kernel.ops.rms_norm import LigerRMSNormFunction; print(version("liger-kernel"), "imports")' 2>&1 | tail -1)"
+  else
+    note "liger-kernel: pip install from .whl failed (see build_and_tests.log); the benchmark runs without it"
+  fi
 else
-  note "the test step wrote no build/test-results.json"
+  note "liger-kernel: no .whl/liger_kernel-*.whl carried; the benchmark runs without it"
 fi
-grep -E "passed|failed|error" "$LOG" | tail -3 >>"$SUMMARY"
 
-# rsqrt GPU sweep: owned by the rsqrt study (issue 5). Runs its GPU mode when the module offers one.
-if [ -f reference_impl/studies/rsqrt.py ] && "$PY" -m reference_impl.studies.rsqrt --help 2>/dev/null | grep -q -- "--gpu"; then
-  step rsqrt-gpu-sweep 150 "$OUT/rsqrt.log" "$PY" -m reference_impl.studies.rsqrt --gpu
-  for f in docs/data/rsqrt_gpu*.json; do [ -f "$f" ] && cp "$f" "$OUT/"; done
+# R. rsqrt GPU sweep in the background (owned by the rsqrt study; runs its GPU mode when it offers one).
+RSQRT_PID=""
+if [ -f reference_impl/studies/rsqrt.py ] && grep -q -- '"--gpu"' reference_impl/studies/rsqrt.py; then
+  # a background job ignores SIGINT in a script, so its time limit ends it with SIGTERM
+  STEP_SIGNAL=TERM step rsqrt-gpu-sweep 270 "$OUT/rsqrt.log" "$PY" -m reference_impl.studies.rsqrt --gpu --quiet &
+  RSQRT_PID=$!
 else
   note "RSQRT GPU SWEEP NOT RUN: no 'python -m reference_impl.studies.rsqrt --gpu' entry point in this checkout"
 fi
 
-step bench 170 "$OUT/bench.log" "$PY" -m reference_impl.studies.bench_gpu --out docs/data/bench_gpu.json
+# 1-3. build, then the GPU tests (CPU emulation and compile checks ran in make test)
+step build 85 "$LOG" "$PY" -c 'from reference_impl.ops import cuda; cuda.ensure_loaded(); print("normlab CUDA library loaded")'
+MARK=$(mktemp)
+step cuda-tests 95 "$LOG" "$PY" -m pytest -q -p no:cacheprovider -m gpu \
+  tests/test_cuda_kernels.py tests/test_rsqrt_cuda_compiles.py::test_gpu_sweep_on_device
+grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed|skipped|errors?) " "$LOG" | tail -4 >>"$SUMMARY"
+# Each Triton specialization compiles on first use; xdist spreads the compiles over 4 processes.
+XDIST=""
+"$PY" -c 'import xdist' 2>/dev/null && XDIST="-n 4"
+step triton-tests 75 "$LOG" "$PY" -m pytest -q -p no:cacheprovider -m gpu $XDIST tests/test_triton.py
+grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed|skipped|errors?) " "$LOG" | tail -4 >>"$SUMMARY"
+if [ -n "$(find build/test-results.json -newer "$MARK" 2>/dev/null)" ]; then
+  cp build/test-results.json "$OUT/gpu_test_results.json"
+else
+  note "the test steps wrote no build/test-results.json"
+fi
+
+if [ -n "$RSQRT_PID" ]; then
+  wait "$RSQRT_PID"
+  for f in docs/data/rsqrt_gpu*.json; do [ -f "$f" ] && cp "$f" "$OUT/"; done
+fi
+
+# 4. the benchmark, alone on the GPU
+step bench 175 "$OUT/bench.log" "$PY" -m reference_impl.studies.bench_gpu --no-plots --out docs/data/bench_gpu.json
 cp docs/data/bench_gpu.json "$OUT/" 2>/dev/null || note "no docs/data/bench_gpu.json written"
-tail -30 "$OUT/bench.log" | grep -v "bench_gpu:" >>"$SUMMARY" 2>/dev/null
-note "done; files in $OUT"
+grep -E "VALIDATION FAILED|raised|left out" "$OUT/bench.log" | head -20 >>"$SUMMARY"
+tail -40 "$OUT/bench.log" | grep -v "bench_gpu:" >>"$SUMMARY" 2>/dev/null
+note "done after $((SECONDS - T_START)) s; files in $OUT"
 cat "$SUMMARY"
