@@ -336,3 +336,12 @@ def test_allocator_packages_are_installed():
         pytest.fail(f"allocators missing on CI: {missing}")
     if missing:
         pytest.skip(f"allocators missing here (the benchmark records and skips them): {missing}")
+
+
+def test_a_missing_allocator_is_recorded_and_named(monkeypatch, tmp_path):
+    bench = _bench()
+    spec = dict(bench.ALLOCATORS["jemalloc"], env={"LD_PRELOAD": str(tmp_path / "libjemalloc.so.2")})
+    monkeypatch.setitem(bench.ALLOCATORS, "jemalloc", spec)
+    ok, why = bench.allocator_available("jemalloc")
+    assert not ok and "libjemalloc2" in why and "missing" in why
+    assert bench.allocator_available("glibc") == (True, "available")
