@@ -100,6 +100,10 @@ LABELS = {
     "ort_layer_normalization": "ONNX Runtime LayerNormalization",
 }
 CEILINGS = ("copy", "stream_copy", "clone")
+COLORS = {"copy": "#bbbbbb", "stream_copy": "#888888", "clone": "#dddddd", "fused_rms_norm": "tab:blue",
+          "fused_layer_norm": "tab:cyan", "F.rms_norm": "tab:red", "F.layer_norm": "tab:pink",
+          "compiled_rms_norm": "tab:green", "ort_rms_normalization": "tab:orange",
+          "ort_simplified_layer_norm": "tab:brown", "ort_layer_normalization": "tab:olive"}
 RMS_NORMS = ("fused_rms_norm", "F.rms_norm", "compiled_rms_norm", "ort_rms_normalization", "ort_simplified_layer_norm")
 LAYER_NORMS = ("fused_layer_norm", "F.layer_norm", "ort_layer_normalization")  # gain and bias; the rest: gain only
 LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
@@ -1185,6 +1189,7 @@ def plot(data: dict, out_dir: Path) -> list[str]:
     matplotlib.rcParams["svg.fonttype"] = "none"
     matplotlib.rcParams["svg.hashsalt"] = "bench"
     import matplotlib.pyplot as plt
+    from matplotlib.container import BarContainer
 
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
@@ -1196,9 +1201,9 @@ def plot(data: dict, out_dir: Path) -> list[str]:
                         ("forward_alloc", "jemalloc_retain"), ("forward_backward", "glibc")):
         if not any(k[0] == alloc and k[1] == mode for k in idx):
             continue
-        fig, axes = plt.subplots(1, len(data["settings"]["dtypes"]), figsize=(11, 4.2), squeeze=False)
+        fig, axes = plt.subplots(1, len(data["settings"]["dtypes"]), figsize=(12, 5.0), squeeze=False)
         for ax, dname in zip(axes[0], data["settings"]["dtypes"]):
-            impls = [i for i in IMPLS[mode] if any(k[5] == i and k[0] == alloc and k[1] == mode and k[2] == dname for k in idx)]
+            impls = list(IMPLS[mode])  # fixed slots and colours: an implementation absent in a dtype leaves a gap
             width = 0.8 / max(1, len(impls))
             for j, impl in enumerate(impls):
                 xs, ys, lo, hi = [], [], [], []
@@ -1209,18 +1214,22 @@ def plot(data: dict, out_dir: Path) -> list[str]:
                         ys.append(rec["gbps"])
                         lo.append(rec["gbps"] - rec["gbps_min"])
                         hi.append(rec["gbps_max"] - rec["gbps"])
-                ax.bar(xs, ys, width, yerr=[lo, hi], capsize=1.5, label=LABELS[impl],
+                if not xs:
+                    continue
+                ax.bar(xs, ys, width, yerr=[lo, hi], capsize=1.5, label=LABELS[impl], color=COLORS[impl],
                        hatch="//" if impl in CEILINGS else None, edgecolor="black" if impl in CEILINGS else None,
                        linewidth=0.4)
             ax.set_xticks([i + 0.4 - width / 2 for i in range(len(shapes))], ticks, fontsize=8)
             ax.set_ylabel("GB/s (minimum bytes), median; bars: min-max")
             ax.set_title(f"{dname}, {mode.replace('_', ' ')}, {alloc}", fontsize=9)
             ax.grid(True, axis="y", alpha=0.3)
-        axes[0][0].legend(fontsize=6, loc="upper left")
+        handles = {h.get_label(): h for ax in axes[0] for h in ax.containers
+                   if isinstance(h, BarContainer) and not h.get_label().startswith("_")}
+        fig.legend(list(handles.values()), list(handles), fontsize=7, loc="lower center", ncol=5, frameon=False)
         prov = data["provenance"]
         title = f"{prov['machine']['cpu']}, {prov['machine'].get('torch_threads')} threads, {prov['date'][:10]}"
         fig.suptitle(("SMOKE RUN (--quick), not a measurement: " if quick else "") + title, fontsize=9)
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, 0.12, 1, 1))
         name = f"cpu_{mode}_{alloc}.svg"
         fig.savefig(out_dir / name, metadata={"Date": None})
         plt.close(fig)
