@@ -70,14 +70,14 @@ class Settings:
 
 
 FULL = Settings(model=dict(d=64, layers=4, heads=4, ffn=176, context=64), batch=16, steps=500, eval_every=25,
-                eval_windows=128, lr=3e-3, warmup=50, seeds=[0, 1, 2],
+                eval_windows=128, lr=1e-3, warmup=50, seeds=[0, 1, 2],
                 configs=["pre-rms", "pre-ln", "post-rms", "post-ln", "out-rms"],
-                warmup_lrs=[3e-3, 1e-2], warmup_steps=200, deep=dict(d=32, layers=32, heads=4, ffn=88),
+                warmup_lrs=[1e-3, 3e-3], warmup_steps=200, deep=dict(d=32, layers=32, heads=4, ffn=88),
                 deep_steps=100, deep_gains=[1.0, 0.1], timing_repeats=7, timing_steps=5)
 QUICK = Settings(model=dict(d=32, layers=2, heads=2, ffn=64, context=32), batch=4, steps=6, eval_every=3,
-                 eval_windows=8, lr=3e-3, warmup=2, seeds=[0, 1],
+                 eval_windows=8, lr=1e-3, warmup=2, seeds=[0, 1],
                  configs=["pre-rms", "pre-ln", "post-rms", "post-ln", "out-rms"],
-                 warmup_lrs=[3e-3, 1e-2], warmup_steps=4, deep=dict(d=16, layers=3, heads=2, ffn=32),
+                 warmup_lrs=[1e-3, 3e-3], warmup_steps=4, deep=dict(d=16, layers=3, heads=2, ffn=32),
                  deep_steps=3, deep_gains=[1.0, 0.1], timing_repeats=2, timing_steps=2, quick=True, grad_steps=4)
 
 
