@@ -52,14 +52,34 @@ NOT_MEASURED = "not yet measured on a GPU"
 
 
 def clear_caches() -> None:
-    canonical.cache_clear()
+    _canonical_file.cache_clear()
     entries.cache_clear()
 
 
 @lru_cache(maxsize=1)
+def _canonical_file() -> dict:
+    """``ledger/claims.yaml`` as a mapping with ``sources``, ``themes`` and ``claims`` (a bare list of claims
+    is read as ``claims`` alone)."""
+    loaded = yaml.safe_load(CANONICAL.read_text()) or []
+    if isinstance(loaded, list):
+        return {"sources": {}, "themes": [], "claims": loaded}
+    return {"sources": loaded.get("sources") or {}, "themes": loaded.get("themes") or [],
+            "claims": loaded.get("claims") or []}
+
+
 def canonical() -> list[dict]:
-    """The 42 claims, in order, as listed in ``ledger/claims.yaml``."""
-    return yaml.safe_load(CANONICAL.read_text()) or []
+    """The claims, in order, as listed in ``ledger/claims.yaml``."""
+    return _canonical_file()["claims"]
+
+
+def sources() -> dict:
+    """{article id ("000"): {label, title_zh, title_en, kind}} of the source articles."""
+    return _canonical_file()["sources"]
+
+
+def themes() -> list[dict]:
+    """[{key, title}] in page order."""
+    return _canonical_file()["themes"]
 
 
 def ledger_files() -> list[Path]:
@@ -186,6 +206,14 @@ def _data_meta(name: str) -> str:
     return ", ".join(bits)
 
 
+def _literal(text: str) -> str:
+    """Plain text (a claim, a citation) for markdown: code spans stay, and outside them the characters that
+    would start emphasis or links (``y*(1.5 - 0.5*x*y*y)``, ``__init__``) are escaped."""
+    parts = re.split(r"(`[^`]*`)", " ".join(text.split()))
+    return "".join(p if len(p) >= 2 and p[0] == p[-1] == "`" else
+                   re.sub(r"([\\*_\[\]])", r"\\\1", p).replace("<", "&lt;") for p in parts)
+
+
 def _cell(text: str) -> str:
     """Makes markdown safe for one table cell."""
     return " ".join(text.split()).replace("|", "\\|")
@@ -206,9 +234,50 @@ def _gpu_note(ctx, claim: dict, entry: dict | None) -> str:
     return f"**{NOT_MEASURED}**"
 
 
+def source_labels(source: str) -> str:
+    """'000,002' -> 'A, B' linked to the list of source articles on the claims page."""
+    src = sources()
+    out = []
+    for sid in str(source).split(","):
+        label = src.get(sid.strip(), {}).get("label", sid.strip())
+        out.append(f"[{label}](#source-{label.lower()})")
+    return ", ".join(out)
+
+
+def sources_table() -> str:
+    """The source articles: label, original title, English translation, what the text is."""
+    rows = ["| article | title (original) | title (English) | what it is |", "|---|---|---|---|"]
+    for sid, s in sources().items():
+        label = s["label"]
+        rows.append(f"| <span id=\"source-{label.lower()}\"></span>**{label}** | {_cell(s['title_zh'])} | "
+                    f"{_cell(s['title_en'])} | {_cell(s['kind'])} |")
+    return "\n".join(rows)
+
+
+def _evidence_lines(ctx, e: dict) -> list[str]:
+    lines = []
+    for item in e["evidence"]:
+        kind, value = next(iter(item.items()))
+        if kind == "test":
+            ctx.guard_ids.append("test:" + value)
+            o = guards.outcome(value)
+            lines.append(f'- test `{value}` <span class="guard-{o["status"]}">({html.escape(o["text"])})</span>')
+        elif kind == "data":
+            meta = _data_meta(value)
+            lines.append(f"- data {_link(ctx, value)}" + (f" ({meta})" if meta else ""))
+        else:
+            lines.append(f"- source: {_literal(value.strip())}")
+    cid = e["id"]
+    others = [t for t in guards.scan_tests()[0].get(cid, []) if t not in evidence_tests(e)]
+    if others:
+        lines.append(f"- also marked `guards({cid!r})`: " + ", ".join(f"`{t}`" for t in others))
+    return lines
+
+
 @macro("ledger")
 def ledger_macro(ctx) -> str:
-    """The whole ledger: a summary table, then one section per claim with finding and evidence."""
+    """The whole ledger, grouped by theme: per theme a summary table (claim id and verdict, paraphrase and
+    its article; every cell filled), then one section per claim with the finding (shown once) and evidence."""
     found, problems = entries()
     if problems:
         raise MacroError(f"{ctx.src_path}: the claims ledger has problems:\n  " + "\n  ".join(problems))
@@ -217,67 +286,67 @@ def ledger_macro(ctx) -> str:
     for e in found.values():
         counts[e["verdict"]] += 1
     missing = missing_claims()
+    theme_list = themes() or [{"key": None, "title": "Claims"}]
+    known_themes = {t["key"] for t in theme_list}
+    stray = [c["id"] for c in claims if c.get("theme") not in known_themes]
+    if themes() and stray:
+        raise MacroError(f"{ctx.src_path}: claims without a known theme in ledger/claims.yaml: {stray}")
 
     out = []
     summary = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     out.append(f"**{len(found)} of {len(claims)} claims judged**" + (f": {summary}." if summary else "."))
     if missing:
         out.append(f'\n!!! warning "No verdict yet"\n    {", ".join(missing)}: these claims have no ledger entry.\n')
-    out.append("\n| Claim | Verdict | Paraphrase | What is true (refuted and partly true claims) |")
-    out.append("|---|---|---|---|")
-    for c in claims:
-        cid, e = c["id"], found.get(c["id"])
-        if e is None:
-            verdict = '<span class="verdict verdict-none">no verdict yet</span>'
-            fact = ""
-        else:
-            verdict = _verdict(e["verdict"])
-            fact = expand(e["finding"], ctx) if e["verdict"] in ("refuted", "partly true") else ""
-        note = _gpu_note(ctx, c, e)
-        fact = "; ".join(x for x in (fact, note) if x)
-        claim_text = (e or c)["claim"]
-        out.append(f"| [{cid}](#{cid.lower()}) | {verdict} | {_cell(claim_text)} | {_cell(fact)} |")
-
-    for c in claims:
-        cid, e = c["id"], found.get(c["id"])
-        label = e["verdict"] if e else "no verdict yet"
-        out.append(f"\n### {cid}: {label} {{ #{cid.lower()} }}\n")
-        if e is None:
-            out.append(f"**Claim** (article {c['source']}): {c['claim']}\n")
-            out.append(f"No verdict yet: expected in `ledger/{c['owner']}.yaml`.\n")
-            note = _gpu_note(ctx, c, None)
-            if note:
-                out.append(f"{note}.\n")
+    for theme in theme_list:
+        mine = [c for c in claims if theme["key"] is None or c.get("theme") == theme["key"]]
+        if not mine:
             continue
-        if cid in guards.scan_tests()[0]:
-            ctx.guard_ids.append(cid)
-        out.append(f"**Claim** (article {c['source']}): {e['claim']}\n")
-        out.append(f"**Verdict: {_verdict(e['verdict'])}**\n")
-        out.append(f"{expand(e['finding'].strip(), ctx)}\n")
-        note = _gpu_note(ctx, c, e)
+        out.append(f"\n## {theme['title']}\n")
+        out.append("| claim and verdict | what the article says |")
+        out.append("|---|---|")
+        for c in mine:
+            e = found.get(c["id"])
+            verdict = _verdict(e["verdict"]) if e else '<span class="verdict verdict-none">no verdict yet</span>'
+            out.append(f"| [{c['id']}](#{c['id'].lower()})<br>{verdict} | {_cell(_literal((e or c)['claim']))} "
+                       f"<small>({source_labels(c['source'])})</small> |")
+        for c in mine:
+            out += _claim_section(ctx, c, found.get(c["id"]))
+    return "\n".join(out) + "\n"
+
+
+def _claim_section(ctx, c: dict, e: dict | None) -> list[str]:
+    cid = c["id"]
+    label = e["verdict"] if e else "no verdict yet"
+    out = [f"\n### {cid}: {label} {{ #{cid.lower()} }}\n"]
+    if e is None:
+        out.append(f"*{_literal(c['claim'])}* ({source_labels(c['source'])})\n")
+        out.append(f"No verdict yet: expected in `ledger/{c['owner']}.yaml`.\n")
+        note = _gpu_note(ctx, c, None)
         if note:
             out.append(f"{note}.\n")
-        out.append("**Evidence**\n")
-        for item in e["evidence"]:
-            kind, value = next(iter(item.items()))
-            if kind == "test":
-                ctx.guard_ids.append("test:" + value)
-                o = guards.outcome(value)
-                out.append(f'- test `{value}` <span class="guard-{o["status"]}">({html.escape(o["text"])})</span>')
-            elif kind == "data":
-                meta = _data_meta(value)
-                out.append(f"- data {_link(ctx, value)}" + (f" ({meta})" if meta else ""))
-            else:
-                out.append(f"- source: {value.strip()}")
-        others = [t for t in guards.scan_tests()[0].get(cid, []) if t not in evidence_tests(e)]
-        if others:
-            out.append(f"- also marked `guards({cid!r})`: " + ", ".join(f"`{t}`" for t in others))
-        out.append(f"\n<small>Entry: `{e['_file']}`</small>\n")
-    return "\n".join(out) + "\n"
+        return out
+    if cid in guards.scan_tests()[0]:
+        ctx.guard_ids.append(cid)
+    out.append(f"*{_literal(e['claim'])}* ({source_labels(c['source'])})\n")
+    out.append(f"{expand(e['finding'].strip(), ctx)}\n")
+    note = _gpu_note(ctx, c, e)
+    if note:
+        out.append(f"{note}.\n")
+    out.append(f'<details class="evidence" markdown="1"><summary>Evidence ({len(e["evidence"])} '
+               f'item{"s" if len(e["evidence"]) != 1 else ""}; entry <code>{e["_file"]}</code>)</summary>\n')
+    out += _evidence_lines(ctx, e)
+    out.append("\n</details>\n")
+    return out
 
 
 def _verdict(v: str) -> str:
     return f'<span class="verdict verdict-{VERDICT_CLASS[v]}">{html.escape(v)}</span>'
+
+
+@macro("ledger_sources")
+def ledger_sources_macro(ctx) -> str:
+    """The table of source articles (label, original title, English title, what it is)."""
+    return sources_table() + "\n"
 
 
 @macro("ledger_count")

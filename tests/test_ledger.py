@@ -1,4 +1,4 @@
-"""The claims ledger is well formed: the canonical list holds C01..C42 once each, every entry follows the
+"""The claims ledger is well formed: the canonical list holds C01..C48 once each, every entry follows the
 schema of ``site_hooks/ledger.py``, and the machinery rejects what it must reject.
 
 Completeness (every claim judged) and the outcomes of evidence tests are checked in phase 2
@@ -15,8 +15,8 @@ import yaml
 from site_hooks import guards, ledger
 
 REPO = Path(__file__).resolve().parent.parent
-IDS = [f"C{n:02d}" for n in range(1, 43)]
-OWNERS = {"symbolic", "conventions", "rsqrt", "cpu", "cuda", "advice"}
+IDS = [f"C{n:02d}" for n in range(1, 49)]
+OWNERS = {"symbolic", "conventions", "rsqrt", "cpu", "cuda", "advice", "practice", "training"}
 
 
 def _canonical():
@@ -27,10 +27,18 @@ def _canonical():
 def test_canonical_list_has_each_claim_once_in_order():
     claims = _canonical()
     assert [c["id"] for c in claims] == IDS
+    sources = ledger.sources()
+    themes = {t["key"] for t in ledger.themes()}
+    assert set(sources) == {"000", "002", "004"} and len(themes) >= 4
+    for sid, src in sources.items():
+        assert {"label", "title_zh", "title_en", "kind"} <= set(src), sid
+        assert all(isinstance(src[k], str) and src[k].strip() for k in ("label", "title_zh", "title_en", "kind")), sid
     for c in claims:
-        assert set(c) == {"id", "source", "claim", "owner", "gpu"}, c["id"]
+        assert set(c) == {"id", "source", "theme", "claim", "owner", "gpu"}, c["id"]
+        assert c["theme"] in themes, c["id"]
         assert isinstance(c["claim"], str) and len(c["claim"]) > 20, c["id"]
         assert re.fullmatch(r"\d{3}(,\d{3})*", c["source"]), c["id"]
+        assert all(s in sources for s in c["source"].split(",")), c["id"]
         assert c["owner"] in OWNERS, c["id"]
         assert isinstance(c["gpu"], bool), c["id"]
     assert len({c["claim"] for c in claims}) == len(claims), "two claims share a paraphrase"

@@ -33,7 +33,7 @@ def test_every_claim_has_a_verdict_and_evidence(loaded):
     assert not problems, "ledger problems:\n" + "\n".join(problems)
     missing = [f"{c['id']} (expected in ledger/{c['owner']}.yaml)" for c in claims if c["id"] not in found]
     assert not missing, "claims without a verdict: " + ", ".join(missing)
-    assert [c["id"] for c in claims] == [f"C{n:02d}" for n in range(1, 43)]
+    assert [c["id"] for c in claims] == [f"C{n:02d}" for n in range(1, 49)]
     for c in claims:
         e = found[c["id"]]
         assert e["verdict"] in ledger.VERDICTS, c["id"]
@@ -61,30 +61,40 @@ def _site_page(site_dir: Path) -> str:
     return page.read_text()
 
 
-def test_claims_page_shows_every_verdict_and_refuted_fact(loaded, site_dir):
+def test_claims_page_shows_every_verdict_once_with_its_finding(loaded, site_dir):
+    """Per claim: a summary row with three filled cells (claim, verdict, paraphrase and its article), a
+    section with the verdict, the finding shown once (in the section, not in the row), and the GPU note
+    where a GPU measurement is missing. The source articles are named by their titles."""
     claims, found, _ = loaded
     page = _site_page(site_dir)
     text = html.unescape(re.sub(r"<[^>]+>", " ", page))
     text = " ".join(text.split())
+    for s in ledger.sources().values():
+        assert s["title_zh"] in text and s["title_en"] in text, f"source {s['label']} is not named by its title"
+    for t in ledger.themes():
+        assert html.escape(t["title"], quote=False) in page, f"no section for the theme {t['title']!r}"
     for c in claims:
         cid = c["id"]
         assert f'id="{cid.lower()}"' in page, f"no section for {cid}"
+        rows = re.findall(rf'<tr>\s*<td><a href="#{cid.lower()}">{cid}</a><br\s*/?>(.*?)</tr>', page, re.S)
+        assert len(rows) == 1, f"{cid}: {len(rows)} summary rows"
+        cells = re.split(r"</td>\s*<td>", rows[0].rsplit("</td>", 1)[0])
+        assert len(cells) == 2 and all(re.sub(r"<[^>]+>", "", x).strip() for x in cells), f"{cid}: an empty cell"
+        assert 'href="#source-' in cells[1], f"{cid}: the row does not name its article"
         e = found.get(cid)
         if e is None:
             continue
-        assert f"verdict-{ledger.VERDICT_CLASS[e['verdict']]}" in page
-        if e["verdict"] in ("refuted", "partly true"):
-            # the established fact sits in the summary row next to the claim, not only in the section
-            row = re.search(rf'<tr>\s*<td><a href="#{cid.lower()}">{cid}</a></td>(.*?)</tr>', page, re.S)
-            assert row, f"no summary row for {cid}"
-            cells = re.findall(r"<td>(.*?)</td>", row.group(1), re.S)
-            assert len(cells) == 3 and re.sub(r"<[^>]+>", "", cells[2]).strip(), f"{cid}: no fact next to the claim"
+        assert f"verdict-{ledger.VERDICT_CLASS[e['verdict']]}" in cells[0]
+        section = page.split(f'id="{cid.lower()}"', 1)[1].split("<h3", 1)[0].split("<h2", 1)[0]
+        words = lambda t: " ".join(re.findall(r"[A-Za-z]+", t))  # noqa: E731  (markup-free word sequence)
+        probe = " ".join(words(re.sub(r"\{\{.*?\}\}", " ", e["finding"])).split()[:8])
+        assert probe and probe in words(html.unescape(re.sub(r"<[^>]+>", " ", section))), f"{cid}: finding not in its section"
+        assert probe not in words(html.unescape(re.sub(r"<[^>]+>", " ", rows[0]))), f"{cid}: the finding is repeated in the summary row"
         if c["gpu"]:
             gd = e.get("gpu_data")
             if gd and (REPO / "docs" / "data" / gd).is_file():
                 assert f"data/{gd}" in page, f"{cid}: the GPU result {gd} is not linked"
             else:
-                section = page.split(f'id="{cid.lower()}"', 1)[1].split('<h3', 1)[0]
                 assert ledger.NOT_MEASURED in section, f"{cid}: must say '{ledger.NOT_MEASURED}'"
     assert "No verdict yet" not in text or any(c["id"] not in found for c in claims)
 
