@@ -326,7 +326,12 @@ def sequence_parallel_rms_norm(x_local, weight, eps=1e-6, group=None, *, convent
         x_local: ``(..., d)`` this rank's rows; the leading shapes may differ across ranks (uneven splits,
             even zero rows), ``d``, dtype and number of dimensions may not.
         weight: ``(d,)`` the full gain, the same on every rank, or None.
-        eps, group, convention, deterministic, check_shapes: as :func:`sharded_rms_norm`.
+        eps: as :func:`sharded_rms_norm`.
+        group: as :func:`sharded_rms_norm`.
+        convention: as :func:`sharded_rms_norm`.
+        deterministic: add the float32 partial dweight of the ranks in rank order (all-gather) instead of
+            an all-reduce.
+        check_shapes: as :func:`sharded_rms_norm`; here the leading shapes may differ across ranks.
 
     Returns:
         ``(..., d)``: y for this rank's rows, bit-identical to the single-device convention on those rows.
@@ -437,12 +442,17 @@ def sharded_layer_norm(x_local, weight_local, bias_local, eps=1e-5, group=None, 
     in that dtype, one cast to ``x_local.dtype`` (the reference order).
 
     Args:
-        x_local, eps, group, deterministic, check_shapes: as :func:`sharded_rms_norm`.
-        weight_local, bias_local: ``(d_k,)`` slices or None.
+        x_local: as :func:`sharded_rms_norm`.
+        weight_local: ``(d_k,)`` slice of the gain, or None.
+        bias_local: ``(d_k,)`` slice of the bias, or None.
+        eps: non-negative number, the same on every rank.
+        group: as :func:`sharded_rms_norm`.
         stats: ``"sums"``: all-reduce (sum, sum of squares) per row, one collective, loses accuracy when
             |mean| >> std; ``"welford"``: all-gather each rank's (mean, M2) and merge them in rank order
             (always deterministic), as accurate as a two-pass variance; its all-gather moves p/2 times the
             bytes of the all-reduce.
+        deterministic: as :func:`sharded_rms_norm` (the Welford forward is deterministic either way).
+        check_shapes: as :func:`sharded_rms_norm`.
 
     Returns:
         This rank's ``(..., d_k)`` slice of y in ``x_local.dtype``. The backward all-reduces two float32

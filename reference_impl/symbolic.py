@@ -529,6 +529,11 @@ def registry() -> dict[str, Formula]:
     ):
         F.append(Formula(fid, title, rf"\text{{bytes per step}}_{{\text{{{name}}}}}", sp.factor(ring_ar * n_grads * f32 * d),
                          {}, "count"))
+    # merging two shards' statistics (Chan, Golub & LeVeque 1979), quoted; tests/test_distributed.py proves it
+    n_a, n_b = sp.symbols("n_a n_b", integer=True, positive=True)
+    F.append(Formula("dist.chan_merge", "Sum of squared deviations of two merged shards (Chan et al.)", "M_{2}",
+                     sp.Symbol("M_{2,a}") + sp.Symbol("M_{2,b}") + sp.Symbol("delta") ** 2 * n_a * n_b / (n_a + n_b),
+                     {}, "claim", note="delta = mean_b - mean_a; n_a, n_b: the shards' widths"))
 
     # the article's gradient (claim C12), quoted so that a test can judge it: y is the output gamma*xhat
     F.append(Formula("claim.c12", "The article's RMSNorm gradient, as quoted", xbar_i,

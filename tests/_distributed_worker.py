@@ -98,6 +98,16 @@ def _run_case(name, x, w, b, dy, group=None):
             "db": None if b is None else params[1].grad}
 
 
+# --8<-- [start:usage]
+def usage(q_local, w_local, h_local, w, tp_group=None):
+    """q_local: (batch, seq, heads on this rank * head_dim), w_local: this rank's slice of the QK-norm gain;
+    h_local: (tokens on this rank, hidden), w: the whole gain, the same on every rank."""
+    q = D.sharded_rms_norm(q_local, w_local, eps=1e-6, group=tp_group, convention="llama")
+    h = D.sequence_parallel_rms_norm(h_local, w, eps=1e-6, group=tp_group)
+    return q, h
+# --8<-- [end:usage]
+
+
 def _errors(rank, p):
     """Each scenario: (name, call). Every rank calls, so every rank must raise."""
     lo, hi = B.shard_bounds(WIDTHS[p], rank)
@@ -159,6 +169,15 @@ def job(rank: int, world: int, out_dir: str) -> None:
         x = (off + torch.randn(6, D_TOTAL, generator=g, dtype=torch.float64)).float()
         res["large_mean"][off] = {s: D.sharded_layer_norm(x[:, lo:hi].contiguous(), None, None, 1e-5, stats=s)
                                   for s in ("sums", "welford")}
+    head_dim, heads = 4, [2, 1, 3, 2][:world] if world == 4 else [3, 2]   # heads split unevenly
+    g = torch.Generator().manual_seed(21)
+    q = torch.randn(2, 3, sum(heads) * head_dim, generator=g).to(BF16)
+    qw = (1 + 0.1 * torch.randn(sum(heads) * head_dim, generator=g)).to(BF16)
+    h = torch.randn(5 * world, 16, generator=g).to(BF16)
+    hw = torch.ones(16, dtype=BF16)
+    c0, c1 = (head_dim * v for v in B.shard_bounds(heads, rank))
+    res["usage"] = usage(q[..., c0:c1].contiguous(), qw[c0:c1], h[5 * rank: 5 * rank + 5], hw)
+    res["usage_inputs"] = (q, qw, h, hw, heads, head_dim)
     res["bytes"] = B.bytes_per_row()
     res["dtensor"] = {"even": B.dtensor_probe(8 * world), "uneven": B.dtensor_probe(8 * world + 1)}
     for name, call in _errors(rank, world):

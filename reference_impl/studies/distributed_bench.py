@@ -43,7 +43,7 @@ PLOTS = REPO / "docs" / "data" / "plots"
 COMMAND = "python -m reference_impl.studies.distributed_bench"
 SOURCES = ["reference_impl/studies/distributed_bench.py", "reference_impl/distributed.py",
            "reference_impl/conventions.py", "reference_impl/_checks.py", "reference_impl/oracle.py",
-           "reference_impl/symbolic.py", "reference_impl/studies/diagrams.py"]
+           "reference_impl/reference.py", "reference_impl/symbolic.py"]
 WORLDS = (2, 4)
 P = symbolic.sp.Symbol("p", integer=True, positive=True)
 
@@ -130,7 +130,7 @@ def dtensor_probe(d: int, rows=(4, 12), seed: int = 7) -> dict:
         try:
             runs = [_dtensor_once(name, n, d, mesh, seed) for n in rows]
         except RuntimeError as exc:
-            out[name] = {"ok": False, "error": str(exc).strip().splitlines()[0][:200]}
+            out[name] = {"ok": False, "error": str(exc).strip().splitlines()[0][:400]}
             continue
         y, xd, _, _, _ = runs[0]
         entry = {"ok": True, "y_placement": str(y.placements[0]), "dx_placement": str(xd.grad.placements[0]),
@@ -303,10 +303,32 @@ def timing(rows: int, d: int, reps: int, inner: int) -> dict:
     return out
 
 
+# ------------------------------------------------------------------------------------ worked example
+
+WORKED_X = (1.0, 2.0, 2.0, 4.0)
+
+
+def worked_example() -> dict:
+    """The page's hand example through the real function: x split 2 + 2 over the first two ranks, eps = 0."""
+    rank = dist.get_rank()
+    pair = dist.new_group([0, 1])
+    if rank > 1:
+        return {}
+    x = torch.tensor([WORKED_X[2 * rank: 2 * rank + 2]])
+    y = D.sharded_rms_norm(x, None, 0.0, pair)
+    parts = [torch.zeros(1) for _ in range(2)]
+    dist.all_gather(parts, x.pow(2).sum(-1), group=pair)
+    ys = [torch.zeros(1, 2) for _ in range(2)]
+    dist.all_gather(ys, y, group=pair)
+    total = sum(t.item() for t in parts)
+    return {"x": list(WORKED_X), "partials": [t.item() for t in parts], "sum_of_squares": total,
+            "mean_square": total / 4, "rms": (total / 4) ** 0.5, "y": torch.cat(ys, -1).flatten().tolist()}
+
+
 # ---------------------------------------------------------------------------------------- the run
 
 def _world_job(rank, world, out_dir, cfg):
-    res = {"bytes": bytes_per_row(),
+    res = {"worked_example": worked_example(), "bytes": bytes_per_row(),
            "welford_vs_sums": welford_vs_sums(cfg["ws_rows"], cfg["ws_d"]),
            "dtensor": {"even": dtensor_probe(8 * world), "uneven": dtensor_probe(8 * world + 1)},
            "timing": timing(cfg["rows"], cfg["d"], cfg["reps"], cfg["inner"])}
@@ -317,7 +339,7 @@ def _world_job(rank, world, out_dir, cfg):
 def measure(quick: bool) -> dict:
     cfg = (dict(rows=64, d=63, reps=3, inner=2, ws_rows=8, ws_d=63) if quick else
            dict(rows=4096, d=1023, reps=9, inner=5, ws_rows=64, ws_d=1023))
-    prov = provenance.record(COMMAND, SOURCES, quick=quick, packages=("torch", "numpy"),
+    prov = provenance.record(COMMAND, SOURCES, quick=quick, packages=("torch", "numpy", "transformers"),
                              machine_extra={"torch_threads": 1})
     worlds = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -328,14 +350,18 @@ def measure(quick: bool) -> dict:
             add_formulas(worlds[f"p{p}"]["bytes"], p)
             print(f"  {p} ranks: {time.monotonic() - t0:.0f} s", flush=True)
     reg = symbolic.registry()
+    params = {"d": 4096, "elem_bytes": 2, "dtype": "bfloat16", "p": [2, 4, 8]}
     per_token = {}
-    for p in (2, 4, 8):
-        subs = {P: p, symbolic.d: 4096, symbolic.ELEM_BYTES: 2}
+    for p in params["p"]:
+        subs = {P: p, symbolic.d: params["d"], symbolic.ELEM_BYTES: params["elem_bytes"]}
         per_token[f"p{p}"] = {k.split(".", 1)[1].replace(".", "_"): float(reg[k].display.subs(subs))
-                              for k in reg if k.startswith("dist.")}
+                              for k in reg if k.startswith("dist.") and reg[k].kind == "count"}
     data = {"provenance": provenance.finish(prov), "backend": "gloo", "torch": torch.__version__,
-            "note": ("A smoke run (--quick): tiny shapes, the numbers mean nothing yet." if quick else ""),
-            "per_token_bf16_d4096": per_token,
+            "status": ({"title": "Smoke run", "text": "These figures come from a smoke run (--quick) with tiny "
+                        "shapes and 3 repetitions on a busy machine; they show the page's layout, not measurements."}
+                       if quick else {"title": "Measured", "text": f"Full run of `{COMMAND}`."}),
+            "per_token_params": params,
+            "per_token_bf16_d4096": per_token, "worked_example": worlds["p2"]["worked_example"],
             **{k: {w: worlds[w][k] for w in worlds} for k in ("bytes", "timing", "welford_vs_sums", "dtensor")}}
     return data
 
