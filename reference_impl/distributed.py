@@ -130,7 +130,7 @@ def _describe(x, params, eps, options, error) -> str:
 
 def _validated(fn, layout, group, check_shapes, x, params, eps, options, local_checks):
     """Runs ``local_checks()`` (returns the resolved eps) and, with ``check_shapes``, agrees with every
-    other rank via one all-gather of :func:`_descriptor`; raises the same error on every rank."""
+    other rank via one all-gather of ``_descriptor``; raises the same error on every rank."""
     error = None
     try:
         eps = local_checks()
@@ -191,7 +191,7 @@ def _check_stats(stats):
 
 # --8<-- [start:rms_gain]
 def _rms_apply_gain(x, xf, rstd, w, convention):
-    """The convention's casting order after the statistic (as :func:`conventions.rms_forward`)."""
+    """The convention's casting order after the statistic (as ``conventions.rms_forward``)."""
     if convention == "llama":
         h = (xf * rstd).to(x.dtype)
         return h if w is None else w * h
@@ -265,7 +265,7 @@ def sharded_rms_norm(x_local, weight_local, eps=1e-6, group=None, *, convention=
         weight_local: ``(d_k,)`` slice of the gain (for ``gemma`` the stored offset, gain ``1 + w``), or None.
         eps: non-negative number (``None`` only with ``convention="torch"``), the same on every rank.
         group: a ``torch.distributed.ProcessGroup`` (None: the default group).
-        convention: casting order of :mod:`reference_impl.conventions` (``reference``, ``llama``, ``gemma``,
+        convention: casting order of ``reference_impl.conventions`` (``reference``, ``llama``, ``gemma``,
             ``t5``, ``olmo2``, ``torch``); statistics in that convention's dtype (float32, or float64 for
             float64 input under ``reference``/``torch``).
         deterministic: all-gather the partials and add them in rank order instead of an all-reduce.
@@ -273,9 +273,9 @@ def sharded_rms_norm(x_local, weight_local, eps=1e-6, group=None, *, convention=
             all-gather per call) so that a mismatch raises on every rank.
 
     Returns:
-        This rank's ``(..., d_k)`` slice of y, dtype as the convention's module returns it. Differentiable
-        in ``x_local`` and ``weight_local``; the backward all-reduces one partial dot product per row and
-        returns this rank's slices of dx and dweight.
+        This rank's ``(..., d_k)`` slice of y, dtype as the convention's module returns it.
+            Differentiable in ``x_local`` and ``weight_local``; the backward all-reduces one partial dot
+            product per row and returns this rank's slices of dx and dweight.
 
     Communication per row: one float32 element each way (all-reduce), plus one element per call for d.
     """
@@ -326,17 +326,17 @@ def sequence_parallel_rms_norm(x_local, weight, eps=1e-6, group=None, *, convent
         x_local: ``(..., d)`` this rank's rows; the leading shapes may differ across ranks (uneven splits,
             even zero rows), ``d``, dtype and number of dimensions may not.
         weight: ``(d,)`` the full gain, the same on every rank, or None.
-        eps: as :func:`sharded_rms_norm`.
-        group: as :func:`sharded_rms_norm`.
-        convention: as :func:`sharded_rms_norm`.
+        eps: as ``sharded_rms_norm``.
+        group: as ``sharded_rms_norm``.
+        convention: as ``sharded_rms_norm``.
         deterministic: add the float32 partial dweight of the ranks in rank order (all-gather) instead of
             an all-reduce.
-        check_shapes: as :func:`sharded_rms_norm`; here the leading shapes may differ across ranks.
+        check_shapes: as ``sharded_rms_norm``; here the leading shapes may differ across ranks.
 
     Returns:
-        ``(..., d)``: y for this rank's rows, bit-identical to the single-device convention on those rows.
-        The backward computes dx locally and all-reduces the float32 partial dweight (``d`` elements per
-        call, not per row), so ``weight.grad`` on every rank is the gradient over all ranks' rows.
+        y of this rank's rows, shape ``(..., d)``, bit-identical to the single-device convention on them.
+            The backward computes dx locally and all-reduces the float32 partial dweight (``d`` elements
+            per call, not per row), so ``weight.grad`` on every rank is the gradient over all ranks' rows.
     """
     fn = "sequence_parallel_rms_norm"
     _membership(group, fn)
@@ -442,21 +442,22 @@ def sharded_layer_norm(x_local, weight_local, bias_local, eps=1e-5, group=None, 
     in that dtype, one cast to ``x_local.dtype`` (the reference order).
 
     Args:
-        x_local: as :func:`sharded_rms_norm`.
+        x_local: as ``sharded_rms_norm``.
         weight_local: ``(d_k,)`` slice of the gain, or None.
         bias_local: ``(d_k,)`` slice of the bias, or None.
         eps: non-negative number, the same on every rank.
-        group: as :func:`sharded_rms_norm`.
+        group: as ``sharded_rms_norm``.
         stats: ``"sums"``: all-reduce (sum, sum of squares) per row, one collective, loses accuracy when
             |mean| >> std; ``"welford"``: all-gather each rank's (mean, M2) and merge them in rank order
             (always deterministic), as accurate as a two-pass variance; its all-gather moves p/2 times the
             bytes of the all-reduce.
-        deterministic: as :func:`sharded_rms_norm` (the Welford forward is deterministic either way).
-        check_shapes: as :func:`sharded_rms_norm`.
+        deterministic: as ``sharded_rms_norm`` (the Welford forward is deterministic either way).
+        check_shapes: as ``sharded_rms_norm``.
 
     Returns:
-        This rank's ``(..., d_k)`` slice of y in ``x_local.dtype``. The backward all-reduces two float32
-        partials per row (sum of g, sum of g * xhat) and returns this rank's slices of dx, dweight, dbias.
+        This rank's ``(..., d_k)`` slice of y in ``x_local.dtype``. The backward all-reduces two
+            float32 partials per row (sum of g, sum of g * xhat) and returns this rank's slices of dx,
+            dweight and dbias.
     """
     fn = "sharded_layer_norm"
     _membership(group, fn)
@@ -508,7 +509,7 @@ def sequence_parallel_layer_norm(x_local, weight, bias, eps=1e-5, group=None, *,
                                  check_shapes=True):
     """LayerNorm of rows split across the ranks of ``group`` (sequence parallelism), gain and bias replicated.
 
-    Shapes as :func:`sequence_parallel_rms_norm`; numerics as :func:`reference_impl.layer_norm` (two-pass
+    Shapes as ``sequence_parallel_rms_norm``; numerics as ``reference_impl.layer_norm`` (two-pass
     float32 statistics of the local rows, bit-identical to it). The backward all-reduces the float32
     partial dweight and dbias in one collective of ``2d`` elements (``d`` with only one of them).
     """

@@ -100,8 +100,11 @@ def _run_case(name, x, w, b, dy, group=None):
 
 # --8<-- [start:usage]
 def usage(q_local, w_local, h_local, w, tp_group=None):
-    """q_local: (batch, seq, heads on this rank * head_dim), w_local: this rank's slice of the QK-norm gain;
-    h_local: (tokens on this rank, hidden), w: the whole gain, the same on every rank."""
+    """QK-norm over heads split across ranks, and a norm of tokens split across ranks.
+
+    q_local: (batch, seq, heads on this rank * head_dim); w_local: this rank's slice of the gain.
+    h_local: (tokens on this rank, hidden); w: the whole gain, the same on every rank.
+    """
     q = D.sharded_rms_norm(q_local, w_local, eps=1e-6, group=tp_group, convention="llama")
     h = D.sequence_parallel_rms_norm(h_local, w, eps=1e-6, group=tp_group)
     return q, h

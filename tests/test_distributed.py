@@ -148,7 +148,8 @@ def ln_sums_bounds(x, w, b, dy, eps):
     xhat = xc * r
     g = _np(dy) * (1.0 if w is None else _np(w))
     gabs = np.abs(g)
-    bdx = bdx + rho * r * (gabs + gabs.mean(-1, keepdims=True) + 3 * np.abs(xhat) * np.abs(g * xhat).mean(-1, keepdims=True)) * (1 + rho) ** 2
+    env = gabs + gabs.mean(-1, keepdims=True) + 3 * np.abs(xhat) * np.abs(g * xhat).mean(-1, keepdims=True)
+    bdx = bdx + rho * r * env * (1 + rho) ** 2
     by, bdx = np.where(lost, np.inf, by), np.where(lost, np.inf, bdx)
     if bdw is not None:
         bdw = bdw + (rho * (1 + rho) * np.abs(_np(dy) * xhat)).reshape(-1, d).sum(0)

@@ -63,8 +63,9 @@ def _entry(rank, world, init_file, fn, args, timeout_s):
 
 def spawn(fn, world: int, args=(), timeout_s: float = 240.0) -> None:
     """Runs ``fn(rank, world, *args)`` in ``world`` processes joined by a gloo group (FileStore rendezvous
-    in a temporary folder), forked from a fork server that has imported torch and ``fn``'s module. ``fn`` must be importable (a module-level function). Raises the
-    failing rank's error; kills every rank after ``timeout_s`` seconds."""
+    in a temporary folder), forked from a fork server that has imported torch and ``fn``'s module, so a
+    rank starts in well under a second. ``fn`` must be a module-level function. Raises the failing rank's
+    error; kills every rank after ``timeout_s`` seconds."""
     import multiprocessing
 
     import torch.multiprocessing as mp
