@@ -339,7 +339,7 @@ def _world_job(rank, world, out_dir, cfg):
 
 def measure(quick: bool) -> dict:
     cfg = (dict(rows=64, d=63, reps=3, inner=2, ws_rows=8, ws_d=63) if quick else
-           dict(rows=4096, d=1023, reps=9, inner=5, ws_rows=64, ws_d=1023))
+           dict(rows=4096, d=1023, reps=7, inner=4, ws_rows=64, ws_d=1023))
     prov = provenance.record(COMMAND, SOURCES, quick=quick, packages=("torch", "numpy", "transformers"),
                              machine_extra={"torch_threads": 1})
     worlds = {}
