@@ -75,7 +75,7 @@ def compute(x=X, eps: float = EPS_SHOWN) -> dict:
             "mean_times_r": _both(mean / rms),
         },
         "ln": {
-            "mean": _both(mean), "centred": _vec(centred), "centred_squares": _vec(csq),
+            "sum": _both(sum(xs)), "mean": _both(mean), "centred": _vec(centred), "centred_squares": _vec(csq),
             "sum_of_centred_squares": _both(sum(csq)), "variance": _both(var), "std": _both(std),
             "r": _both(1 / std), "y": _vec(y_ln),
             "y_mean": _both(sum(y_ln) / d), "y_variance": _both(sum(v * v for v in y_ln) / d),
