@@ -9,6 +9,8 @@ FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 def check_input(x, name: str = "x") -> None:
+    """A float tensor (float16, bfloat16, float32, float64) with at least one dimension and a non-empty
+    last dimension. TypeError for a non-tensor or another dtype; ValueError for 0-d or ``shape[-1] == 0``."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dtype not in FLOAT_DTYPES:
@@ -18,6 +20,8 @@ def check_input(x, name: str = "x") -> None:
         )
     if x.dim() == 0:
         raise ValueError(f"{name} is a 0-d tensor; normalization needs at least one dimension (the last one)")
+    if x.shape[-1] == 0:  # 0 rows is fine (an empty result); 0 features leaves nothing to normalize over
+        raise ValueError(f"{name} has an empty last dimension (size 0); there is nothing to normalize over")
 
 
 def check_param(p, x: torch.Tensor, name: str) -> None:

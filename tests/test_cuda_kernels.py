@@ -31,7 +31,7 @@ EPS = 1e-6
 
 @pytest.fixture(scope="module", autouse=True)
 def _loaded():
-    from reference_impl import cuda_ops
+    from reference_impl.ops import cuda as cuda_ops
 
     cuda_ops.ensure_loaded()
 
@@ -159,7 +159,7 @@ def test_v2_accepts_powers_of_two_and_refuses_other_block_sizes():
     for block in (1, 2, 64, 1024):
         y, _ = rms_norm_fwd_version(x.cuda(), w.cuda(), EPS, 2, "llama", block_size=block)
         tol.assert_within(y.cpu(), _oracle_rms(x, w, "llama"), _rms_bound(x, w, "llama"), f"block {block}")
-    with pytest.raises(RuntimeError, match="power-of-two"):
+    with pytest.raises(ValueError, match="power-of-two"):
         rms_norm_fwd_version(x.cuda(), w.cuda(), EPS, 2, "llama", block_size=96)
 
 
@@ -177,15 +177,16 @@ def test_non_finite_rows_stay_in_their_row_as_on_cpu():
 
 @pytest.mark.guards("cuda.rms_forward", "cuda.rms_backward", "cuda.layer_norm")
 def test_empty_inputs():
-    for shape in [(0, 16), (2, 0, 8), (3, 0)]:
+    with pytest.raises(ValueError, match="empty last dimension"):  # d = 0: nothing to normalize over
+        torch.ops.normlab.rms_norm_fwd(torch.randn(3, 0, device="cuda"), None, None, EPS, 0)
+    for shape in [(0, 16), (2, 0, 8)]:
         x = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
         w = torch.ones(shape[-1], device="cuda", dtype=torch.bfloat16)
         y, _, rstd = torch.ops.normlab.rms_norm_fwd(x, w, None, EPS, 0)
         assert y.shape == x.shape and rstd.shape == x.shape[:-1]
         dx, dw = torch.ops.normlab.rms_norm_bwd(torch.ones_like(x), x, w, rstd, 0)
         assert dx.shape == x.shape and dw.shape == w.shape
-        if x.numel() == 0 and shape[-1] > 0:
-            assert (dw == 0).all()  # a sum over no rows
+        assert (dw == 0).all() and dw.dtype == torch.float32  # a sum over no rows
         yl, mean, rs = torch.ops.normlab.layer_norm_fwd(x, w, w, 1e-5)
         dxl, dwl, dbl = torch.ops.normlab.layer_norm_bwd(torch.ones_like(x), x, w, mean, rs)
         assert dxl.shape == x.shape and dwl.shape == w.shape and dbl.shape == w.shape
@@ -216,7 +217,7 @@ def test_rms_backward_matches_oracle_and_cpu_op(dtype, wmode, convention):
         xc, wc = x.cuda(), (None if w is None else w.cuda())
         _, _, rstd = torch.ops.normlab.rms_norm_fwd(xc, wc, None, EPS, CONV[convention])
         dx, dw = torch.ops.normlab.rms_norm_bwd(dy.cuda(), xc, wc, rstd, CONV[convention])
-        assert dx.dtype == dtype and (dw.numel() == 0 if w is None else dw.dtype == w.dtype)
+        assert dx.dtype == dtype and (dw.numel() == 0 if w is None else dw.dtype == torch.float32)
         edx, edw = oracle.rms_norm_backward_placed(dy.double().numpy(), x.double().numpy(),
                                             None if w is None else conv_tol.effective_gain(w, convention).double().numpy(), EPS)
         bdx, bdw = tol.convention_backward_bounds(dy, x, w, EPS, convention)
@@ -296,18 +297,18 @@ def test_layer_norm_matches_oracle_and_cpu_op(dtype, pmode):
         y_cpu, mean_cpu, rstd_cpu = torch.ops.normlab.layer_norm_fwd(x, w, b, eps)
         tol.assert_within(y.cpu(), y_cpu.double().numpy(), 2 * by, f"LN y {shape} vs CPU op")
         dx, dw, db = torch.ops.normlab.layer_norm_bwd(dy.cuda(), x.cuda(), cu(w), mean, rstd)
-        assert db.dtype == dtype and db.shape == (d,)
+        assert db.dtype == torch.float32 and db.shape == (d,)  # the float32 sum over rows
         edx, edw, edb = oracle.layer_norm_backward(dy.double().numpy(), x.double().numpy(),
                                                    None if w is None else w.double().numpy(), np.zeros(d), eps)
-        bdx, bdw, _ = tol.ln_backward_bounds(dy, x, w, None, eps, dtype, None if w is None else w.dtype)
-        _, _, bdb = tol.ln_backward_bounds(dy, x, None, torch.zeros(d), eps, dtype, dtype)
+        bdx, bdw, _ = tol.ln_backward_bounds(dy, x, w, None, eps, dtype, torch.float32)
+        _, _, bdb = tol.ln_backward_bounds(dy, x, None, torch.zeros(d), eps, dtype, torch.float32)
         tol.assert_within(dx.cpu(), edx, bdx, f"LN dx {shape}")
         tol.assert_within(db.cpu(), edb, bdb, f"LN dbias {shape}")
         dx_cpu, dw_cpu, db_cpu = torch.ops.normlab.layer_norm_bwd(dy, x, w, mean_cpu, rstd_cpu)
         tol.assert_within(dx.cpu(), dx_cpu.double().numpy(), 2 * bdx, f"LN dx {shape} vs CPU op")
         tol.assert_within(db.cpu(), db_cpu.double().numpy(), 2 * bdb, f"LN dbias {shape} vs CPU op")
         if w is not None:
-            assert dw.dtype == w.dtype
+            assert dw.dtype == torch.float32
             tol.assert_within(dw.cpu(), edw, bdw, f"LN dweight {shape}")
             tol.assert_within(dw.cpu(), dw_cpu.double().numpy(), 2 * bdw, f"LN dweight {shape} vs CPU op")
 
@@ -331,13 +332,18 @@ def test_opcheck(dtype):
     for op, args in cases:
         grad_args = tuple(a.detach().clone().requires_grad_(True) if isinstance(a, torch.Tensor) else a for a in args)
         torch.library.opcheck(op, grad_args)
-    # the backward ops and the teaching op have no autograd formula of their own: inputs without grad,
-    # so the autograd-registration check (which needs an input that requires grad) is left out
+    # the backward ops are differentiable too (double backward); the out= ops and the teaching op record
+    # no gradient: inputs without grad, so the autograd-registration check is left out for them
     no_grad_utils = ("test_schema", "test_faketensor", "test_aot_dispatch_static", "test_aot_dispatch_dynamic")
+    rg = lambda t: t.detach().clone().requires_grad_(True)  # noqa: E731
     _, _, rstd = torch.ops.normlab.rms_norm_fwd(x, w, None, EPS, 0)
-    torch.library.opcheck(torch.ops.normlab.rms_norm_bwd.default, (dy, x, w, rstd, 0), test_utils=no_grad_utils)
+    torch.library.opcheck(torch.ops.normlab.rms_norm_bwd.default, (rg(dy), rg(x), rg(w), rg(rstd), 0))
     _, mean, rs = torch.ops.normlab.layer_norm_fwd(x, w, w, 1e-5)
-    torch.library.opcheck(torch.ops.normlab.layer_norm_bwd.default, (dy, x, w, mean, rs), test_utils=no_grad_utils)
+    torch.library.opcheck(torch.ops.normlab.layer_norm_bwd.default, (rg(dy), rg(x), rg(w), rg(mean), rg(rs)))
+    torch.library.opcheck(torch.ops.normlab.rms_norm_fwd_out.default, (x, w, res, EPS, 0),
+                          {"y": torch.empty_like(x), "residual_out": torch.empty_like(x)}, test_utils=no_grad_utils)
+    torch.library.opcheck(torch.ops.normlab.layer_norm_fwd_out.default, (x, w, w, 1e-5),
+                          {"y": torch.empty_like(x)}, test_utils=no_grad_utils)
     for version in (1, 2, 3, 4):
         torch.library.opcheck(torch.ops.normlab.rms_norm_fwd_version.default, (x, w, EPS, version, 0, 0),
                               test_utils=no_grad_utils)

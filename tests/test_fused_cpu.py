@@ -90,6 +90,35 @@ def test_rms_float32_weight_with_half_input(dtype):
     assert y.dtype == dtype and dw.dtype == torch.float32
 
 
+@pytest.mark.guards("fused.param_grad_fp32", "ln.vjp_bias", "ln.vjp_weight", "rms.vjp_weight")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_parameter_gradients_are_exact_in_float32(dtype):
+    """70000 rows of 16-bit x with float32 parameters: the gradients are the float32 sums over rows, rounded
+    once to the parameter's dtype, never through x's (70000 overflows float16; bfloat16 would lose 2**-9).
+    Compared with float64: exactly for sums of integers, within the float32 policy bound otherwise."""
+    rows, d = 70000, 8
+    x = torch.tensor([1.0, -1.0] * 4, dtype=dtype).repeat(rows, 1)  # eps = 0: xhat = +-1 exactly
+    w, b = torch.full((d,), 0.5, requires_grad=True), torch.zeros(d, requires_grad=True)
+    fused.fused_layer_norm(x, w, b, eps=0.0).backward(torch.ones(rows, d, dtype=dtype))
+    assert b.grad.dtype == torch.float32 and torch.equal(b.grad, torch.full((d,), float(rows)))
+    assert torch.equal(w.grad, torch.tensor([1.0, -1.0] * 4) * rows)
+    wr = torch.full((d,), 0.5, requires_grad=True)
+    fused.fused_rms_norm(x, wr, eps=0.0).backward(torch.ones(rows, d, dtype=dtype))
+    assert torch.equal(wr.grad, torch.tensor([1.0, -1.0] * 4) * rows)
+    # random data: within the float32 bound of the tolerance policy, far below one x-dtype rounding
+    xr, w2, b2, dy, _ = _data((rows, d), dtype, 15, w_dtype=torch.float32)
+    w2.requires_grad_(True)
+    b2.requires_grad_(True)
+    fused.fused_layer_norm(xr, w2, b2).backward(dy)
+    _, edw, edb = oracle.layer_norm_backward(dy.double().numpy(), xr.double().numpy(), w2.detach().double().numpy(),
+                                             b2.detach().double().numpy(), 1e-5)
+    _, bdw, bdb = tol.ln_backward_bounds(dy, xr, w2.detach(), b2.detach(), 1e-5, dtype, torch.float32)
+    tol.assert_within(b2.grad, edb, bdb, "dbias in float32")
+    tol.assert_within(w2.grad, edw, bdw, "dweight in float32")
+    u_x = torch.finfo(dtype).eps / 2
+    assert (b2.grad.double() - torch.from_numpy(edb)).abs().max() < u_x * abs(edb).max() / 8
+
+
 @pytest.mark.guards("rms.forward")
 @pytest.mark.parametrize("convention", ["llama", "gemma"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -251,7 +280,10 @@ def test_non_contiguous_inputs():
 
 @pytest.mark.guards("rms.forward")
 def test_empty_and_non_finite_rows_match_the_reference():
-    for shape in [(0, 8), (3, 0), (2, 0, 5)]:
+    for fn in (fused.fused_rms_norm, ri.rms_norm, fused.fused_layer_norm, ri.layer_norm):
+        with pytest.raises(ValueError, match="empty last dimension"):  # d = 0: nothing to normalize over
+            fn(torch.randn(3, 0))
+    for shape in [(0, 8), (2, 0, 5)]:
         x = torch.randn(shape)
         w = torch.ones(shape[-1])
         y, ref = fused.fused_rms_norm(x, w), ri.rms_norm(x, w)
@@ -374,13 +406,20 @@ def test_bad_input_specific_to_the_fused_op():
         fused.fused_rms_norm(x, residual=torch.randn(3, 8).bfloat16())
     with pytest.raises(ValueError, match="meta"):
         fused.fused_rms_norm(torch.empty(3, 8, device="meta"))
-    # the op itself rejects what the wrapper would never pass
-    with pytest.raises(RuntimeError, match="contiguous"):
+    # the op itself rejects what the wrapper would never pass, with the same exception types
+    # (cuda/op_checks.h; tests/ops/contract.py checks every bad argument on every backend)
+    with pytest.raises(ValueError, match="contiguous"):
         torch.ops.normlab.rms_norm_fwd(x.t(), None, None, 1e-6, 0)
-    with pytest.raises(RuntimeError, match="convention must be 0"):
+    with pytest.raises(ValueError, match="convention must be 0"):
         torch.ops.normlab.rms_norm_fwd(x, None, None, 1e-6, 2)
-    with pytest.raises(RuntimeError, match="weight has dtype"):
+    with pytest.raises(TypeError, match="weight has dtype"):
         torch.ops.normlab.rms_norm_fwd(x.half(), torch.ones(8, dtype=torch.bfloat16), None, 1e-6, 0)
+    for eps in (10**400, -1e-6, float("nan"), float("inf"), 1e39):  # 1e39: beyond float32
+        with pytest.raises(ValueError, match="eps"):
+            fused.fused_rms_norm(x, eps=eps)
+    for eps in (True, "1e-6", None, torch.tensor(1e-6)):
+        with pytest.raises(TypeError, match="eps must be a real number"):
+            fused.fused_layer_norm(x, eps=eps)
 
 
 @pytest.mark.guards("fused.build_error")

@@ -17,26 +17,26 @@ void by_types3(at::ScalarType xt, F&& f) {
     case at::kFloat: f(float{}, float{}, float{}); break;
     case at::kBFloat16: f(c10::BFloat16{}, float{}, float{}); break;
     case at::kHalf: f(c10::Half{}, float{}, float{}); break;
-    default: TORCH_CHECK(false, "normlab: unsupported dtype ", xt);
+    default: TORCH_CHECK_TYPE(false, "normlab: unsupported dtype ", xt);
   }
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_fwd_cpu(const at::Tensor& x,
-                                                                  const c10::optional<at::Tensor>& weight,
-                                                                  const c10::optional<at::Tensor>& bias,
-                                                                  double eps) {
-  const char* op = "normlab::layer_norm_fwd";
+void check_fwd_args(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
+                    const c10::optional<at::Tensor>& bias, double eps, const char* op) {
   check_x(x, op);
   check_param(weight, x, op, "weight");
   check_param(bias, x, op, "bias");
-  TORCH_CHECK(eps >= 0 && std::isfinite(eps), op, ": eps must be finite and non-negative, got ", eps);
+  check_eps(eps, op);
+}
+
+// Writes y, mean and rstd, allocated and checked by the caller.
+void ln_fwd_into(const at::Tensor& x, const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias,
+                 double eps, at::Tensor& y, at::Tensor& mean, at::Tensor& rstd) {
   const int64_t d = x.size(-1);
-  const int64_t rows = c10::multiply_integers(x.sizes().slice(0, x.dim() - 1));
-  at::Tensor y = at::empty_like(x);
-  at::Tensor mean = stats_like(x), rstd = stats_like(x);
+  const int64_t rows = rows_of(x);
   const at::Tensor wf = as_f32(weight), bf = as_f32(bias);
-  LnFwdArgs a{x.data_ptr(), wf.defined() ? wf.data_ptr() : nullptr, bf.defined() ? bf.data_ptr() : nullptr, y.data_ptr(), mean.data_ptr<float>(),
-              rstd.data_ptr<float>(), d, static_cast<float>(eps),
+  LnFwdArgs a{x.data_ptr(), wf.defined() ? wf.data_ptr() : nullptr, bf.defined() ? bf.data_ptr() : nullptr,
+              y.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(), d, static_cast<float>(eps),
               static_cast<int64_t>(y.nbytes()) >= stream_bytes()};
   by_types3(x.scalar_type(), [&](auto t, auto wt, auto bt) {
     using T = decltype(t);
@@ -48,7 +48,29 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_fwd_cpu(const at::Tens
       with_isa(isa, [&](auto v) { ln_fwd_rows<decltype(v), T, WT, BT>(a, r0, r1); });
     });
   });
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_fwd_cpu(const at::Tensor& x,
+                                                                  const c10::optional<at::Tensor>& weight,
+                                                                  const c10::optional<at::Tensor>& bias,
+                                                                  double eps) {
+  check_fwd_args(x, weight, bias, eps, "normlab::layer_norm_fwd");
+  at::Tensor y = at::empty_like(x);
+  at::Tensor mean = stats_like(x), rstd = stats_like(x);
+  ln_fwd_into(x, weight, bias, eps, y, mean, rstd);
   return {y, mean, rstd};
+}
+
+// The out= variant: y goes into the caller's buffer.
+std::tuple<at::Tensor, at::Tensor> layer_norm_fwd_out_cpu(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
+                                                          const c10::optional<at::Tensor>& bias, double eps,
+                                                          at::Tensor& y) {
+  const char* op = "normlab::layer_norm_fwd_out";
+  check_fwd_args(x, weight, bias, eps, op);
+  check_ln_out(x, weight, bias, y, op);
+  at::Tensor mean = stats_like(x), rstd = stats_like(x);
+  ln_fwd_into(x, weight, bias, eps, y, mean, rstd);
+  return {mean, rstd};
 }
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd_cpu(const at::Tensor& dy, const at::Tensor& x,
@@ -56,37 +78,35 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd_cpu(const at::Tens
                                                                   const at::Tensor& mean, const at::Tensor& rstd) {
   const char* op = "normlab::layer_norm_bwd";
   check_x(x, op);
-  check_same(dy, x, op, "dy");
+  check_like_x(dy, x, op, "dy");
   check_param(weight, x, op, "weight");
-  for (const at::Tensor* s : {&mean, &rstd})
-    TORCH_CHECK(s->scalar_type() == at::kFloat && s->is_contiguous() && s->sizes() == x.sizes().slice(0, x.dim() - 1),
-                op, ": mean and rstd must be contiguous float32 tensors of shape x.shape[:-1]");
+  check_stat(mean, x, op, "mean");
+  check_stat(rstd, x, op, "rstd");
   const int64_t d = x.size(-1);
-  const int64_t rows = c10::multiply_integers(x.sizes().slice(0, x.dim() - 1));
+  const int64_t rows = rows_of(x);
   const int64_t nb = (rows + kRowBlock - 1) / kRowBlock;
   at::Tensor dx = at::empty_like(x);
-  at::Tensor db = at::empty({d}, dy.options());
-  at::Tensor dw = weight.has_value() ? at::empty({d}, weight->options()) : at::empty({0}, x.options());
+  // dweight and dbias: the float32 sums, rounded once by the caller to each parameter's dtype
+  at::Tensor db = at::empty({d}, x.options().dtype(at::kFloat));
+  at::Tensor dw = weight.has_value() ? at::empty({d}, x.options().dtype(at::kFloat)) : at::empty({0}, x.options());
   // part[b] holds block b's partial dweight (first d floats) and dbias (next d floats).
   at::Tensor part = at::zeros({nb, 2 * d}, x.options().dtype(at::kFloat));
   const at::Tensor wf = as_f32(weight);
   LnBwdArgs a{dy.data_ptr(), x.data_ptr(), wf.defined() ? wf.data_ptr() : nullptr,
               mean.data_ptr<float>(), rstd.data_ptr<float>(), dx.data_ptr(), d,
               static_cast<int64_t>(dx.nbytes()) >= stream_bytes()};
-  if (d > 0) {
-    by_types3(x.scalar_type(), [&](auto t, auto wt, auto) {
-      using T = decltype(t);
-      using WT = decltype(wt);
-      const Isa isa = pick_isa();
-      float* p = part.data_ptr<float>();
-      at::parallel_for(0, nb, 1, [&](int64_t b0, int64_t b1) {
-        for (int64_t b = b0; b < b1; ++b) {
-          const int64_t r0 = b * kRowBlock, r1 = std::min(rows, r0 + kRowBlock);
-          with_isa(isa, [&](auto v) { ln_bwd_rows<decltype(v), T, WT>(a, r0, r1, p + b * 2 * d); });
-        }
-      });
+  by_types3(x.scalar_type(), [&](auto t, auto wt, auto) {
+    using T = decltype(t);
+    using WT = decltype(wt);
+    const Isa isa = pick_isa();
+    float* p = part.data_ptr<float>();
+    at::parallel_for(0, nb, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t r0 = b * kRowBlock, r1 = std::min(rows, r0 + kRowBlock);
+        with_isa(isa, [&](auto v) { ln_bwd_rows<decltype(v), T, WT>(a, r0, r1, p + b * 2 * d); });
+      }
     });
-  }
+  });
   at::Tensor both = at::empty({2 * d}, x.options().dtype(at::kFloat));
   reduce_blocks(part, both);
   if (weight.has_value()) dw.copy_(both.slice(0, 0, d));
@@ -98,6 +118,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd_cpu(const at::Tens
 
 TORCH_LIBRARY_IMPL(normlab, CPU, m) {
   m.impl("layer_norm_fwd", &layer_norm_fwd_cpu);
+  m.impl("layer_norm_fwd_out", &layer_norm_fwd_out_cpu);
   m.impl("layer_norm_bwd", &layer_norm_bwd_cpu);
 }
 

@@ -40,25 +40,23 @@ void by_types(at::ScalarType xt, F&& f) {
     case at::kFloat: f(float{}, float{}); break;
     case at::kBFloat16: f(c10::BFloat16{}, float{}); break;
     case at::kHalf: f(c10::Half{}, float{}); break;
-    default: TORCH_CHECK(false, "normlab: unsupported dtype ", xt);
+    default: TORCH_CHECK_TYPE(false, "normlab: unsupported dtype ", xt);
   }
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> rms_norm_fwd_cpu(const at::Tensor& x,
-                                                                const c10::optional<at::Tensor>& weight,
-                                                                const c10::optional<at::Tensor>& residual,
-                                                                double eps, int64_t convention) {
-  const char* op = "normlab::rms_norm_fwd";
+void check_fwd_args(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
+                    const c10::optional<at::Tensor>& residual, double eps, int64_t convention, const char* op) {
   check_x(x, op);
   check_param(weight, x, op, "weight");
-  if (residual.has_value()) check_same(*residual, x, op, "residual");
-  TORCH_CHECK(convention == 0 || convention == 1, op, ": convention must be 0 (llama) or 1 (gemma), got ", convention);
-  TORCH_CHECK(eps >= 0 && std::isfinite(eps), op, ": eps must be finite and non-negative, got ", eps);
-  const int64_t d = x.size(-1);
-  const int64_t rows = c10::multiply_integers(x.sizes().slice(0, x.dim() - 1));
-  at::Tensor y = at::empty_like(x);
-  at::Tensor res_out = residual.has_value() ? at::empty_like(x) : at::empty({0}, x.options());
-  at::Tensor rstd = stats_like(x);
+  if (residual.has_value()) check_like_x(*residual, x, op, "residual");
+  check_eps(eps, op);
+  check_convention(convention, op);
+}
+
+// Writes y, residual_out (when a residual is given) and rstd, all allocated and checked by the caller.
+void rms_fwd_into(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
+                  const c10::optional<at::Tensor>& residual, double eps, int64_t convention, at::Tensor& y,
+                  at::Tensor& res_out, at::Tensor& rstd) {
   const at::Tensor wf = as_f32(weight);
   RmsFwdArgs a{x.data_ptr(),
                residual.has_value() ? residual->data_ptr() : nullptr,
@@ -66,12 +64,36 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> rms_norm_fwd_cpu(const at::Tensor
                wf.defined() ? wf.data_ptr() : nullptr,
                y.data_ptr(),
                rstd.data_ptr<float>(),
-               d,
+               x.size(-1),
                static_cast<float>(eps),
                static_cast<int>(convention),
                static_cast<int64_t>(y.nbytes()) >= stream_bytes()};
-  by_types(x.scalar_type(), [&](auto t, auto wt) { rms_fwd_dispatch<decltype(t), decltype(wt)>(a, rows); });
+  by_types(x.scalar_type(), [&](auto t, auto wt) { rms_fwd_dispatch<decltype(t), decltype(wt)>(a, rows_of(x)); });
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> rms_norm_fwd_cpu(const at::Tensor& x,
+                                                                const c10::optional<at::Tensor>& weight,
+                                                                const c10::optional<at::Tensor>& residual,
+                                                                double eps, int64_t convention) {
+  check_fwd_args(x, weight, residual, eps, convention, "normlab::rms_norm_fwd");
+  at::Tensor y = at::empty_like(x);
+  at::Tensor res_out = residual.has_value() ? at::empty_like(x) : at::empty({0}, x.options());
+  at::Tensor rstd = stats_like(x);
+  rms_fwd_into(x, weight, residual, eps, convention, y, res_out, rstd);
   return {y, res_out, rstd};
+}
+
+// The out= variant: the caller's buffers receive y (and residual_out); no allocation but rstd's.
+at::Tensor rms_norm_fwd_out_cpu(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
+                                const c10::optional<at::Tensor>& residual, double eps, int64_t convention,
+                                at::Tensor& y, const c10::optional<at::Tensor>& residual_out) {
+  const char* op = "normlab::rms_norm_fwd_out";
+  check_fwd_args(x, weight, residual, eps, convention, op);
+  check_rms_out(x, weight, residual, y, residual_out, op);
+  at::Tensor res_out = residual_out.has_value() ? *residual_out : at::Tensor();
+  at::Tensor rstd = stats_like(x);
+  rms_fwd_into(x, weight, residual, eps, convention, y, res_out, rstd);
+  return rstd;
 }
 
 std::tuple<at::Tensor, at::Tensor> rms_norm_bwd_cpu(const at::Tensor& dy, const at::Tensor& x,
@@ -79,18 +101,16 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_bwd_cpu(const at::Tensor& dy, const 
                                                     const at::Tensor& rstd, int64_t convention) {
   const char* op = "normlab::rms_norm_bwd";
   check_x(x, op);
-  check_same(dy, x, op, "dy");
+  check_like_x(dy, x, op, "dy");
   check_param(weight, x, op, "weight");
-  TORCH_CHECK(convention == 0 || convention == 1, op, ": convention must be 0 (llama) or 1 (gemma), got ", convention);
-  TORCH_CHECK(rstd.scalar_type() == at::kFloat && rstd.is_contiguous() &&
-                  rstd.sizes() == x.sizes().slice(0, x.dim() - 1),
-              op, ": rstd must be a contiguous float32 tensor of shape x.shape[:-1]");
+  check_stat(rstd, x, op, "rstd");
+  check_convention(convention, op);
   const int64_t d = x.size(-1);
-  const int64_t rows = c10::multiply_integers(x.sizes().slice(0, x.dim() - 1));
+  const int64_t rows = rows_of(x);
   at::Tensor dx = at::empty_like(x);
   at::Tensor dw, part;
-  if (weight.has_value()) {
-    dw = at::empty({d}, weight->options());
+  if (weight.has_value()) {  // dweight: the float32 sum, rounded once by the caller to the weight's dtype
+    dw = at::empty({d}, x.options().dtype(at::kFloat));
     part = at::zeros({(rows + kRowBlock - 1) / kRowBlock, d}, x.options().dtype(at::kFloat));
   } else {
     dw = at::empty({0}, x.options());
@@ -99,10 +119,9 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_bwd_cpu(const at::Tensor& dy, const 
   RmsBwdArgs a{dy.data_ptr(), x.data_ptr(), wf.defined() ? wf.data_ptr() : nullptr,
                rstd.data_ptr<float>(), dx.data_ptr(), d, static_cast<int>(convention),
                static_cast<int64_t>(dx.nbytes()) >= stream_bytes()};
-  if (d > 0)
-    by_types(x.scalar_type(), [&](auto t, auto wt) {
-      rms_bwd_dispatch<decltype(t), decltype(wt)>(a, rows, part.defined() ? part.data_ptr<float>() : nullptr);
-    });
+  by_types(x.scalar_type(), [&](auto t, auto wt) {
+    rms_bwd_dispatch<decltype(t), decltype(wt)>(a, rows, part.defined() ? part.data_ptr<float>() : nullptr);
+  });
   if (weight.has_value()) reduce_blocks(part, dw);
   return {dx, dw};
 }
@@ -111,6 +130,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_bwd_cpu(const at::Tensor& dy, const 
 
 TORCH_LIBRARY_IMPL(normlab, CPU, m) {
   m.impl("rms_norm_fwd", &rms_norm_fwd_cpu);
+  m.impl("rms_norm_fwd_out", &rms_norm_fwd_out_cpu);
   m.impl("rms_norm_bwd", &rms_norm_bwd_cpu);
 }
 

@@ -133,8 +133,9 @@ inline int threads_for(int nvec, int items) {
 // --8<-- [start:column_sum]
 // Second stage of the deterministic dweight/dbias reduction: the backward kernels leave one fp32 partial
 // row per block (partial[b][col], b < blocks); this kernel adds them per column in the fixed order
-// b = 0, 1, ..., blocks - 1 and rounds once to the parameter's dtype. No atomics: repeated runs are
-// bit-identical. Thread col reads partial[b][col]: consecutive threads read consecutive addresses.
+// b = 0, 1, ..., blocks - 1 and stores the sum as O (the ops use O = float: they return the unrounded
+// fp32 sums, cuda/ops.h). No atomics: repeated runs are bit-identical. Thread col reads partial[b][col]:
+// consecutive threads read consecutive addresses.
 template <typename O>
 __global__ void column_sum(O* __restrict__ out, const float* __restrict__ partial, int blocks, int d) {
   const int col = blockIdx.x * blockDim.x + threadIdx.x;

@@ -26,9 +26,9 @@ int normlab_rms_bwd_blocks(int x_code, int w_code, const void* dx, const void* d
 int normlab_ln_bwd_blocks(int x_code, int w_code, const void* dx, const void* dy, const void* x,
                           const void* w, long long rows, int d, int* blocks);
 
-// RMSNorm backward: dx (x's dtype) and, when w != nullptr, dw (w's dtype) through `partial`
-// (blocks x d fp32, from normlab_rms_bwd_blocks). Deterministic: no atomics anywhere.
-int normlab_rms_bwd(int x_code, int w_code, void* dx, void* dw, float* partial, int blocks,
+// RMSNorm backward: dx (x's dtype) and, when w != nullptr, dw (d floats: the fp32 sum) through
+// `partial` (blocks x d fp32, from normlab_rms_bwd_blocks). Deterministic: no atomics anywhere.
+int normlab_rms_bwd(int x_code, int w_code, void* dx, float* dw, float* partial, int blocks,
                     const void* dy, const void* x, const void* w, const float* rstd, long long rows,
                     int d, int convention, void* stream);
 
@@ -36,9 +36,9 @@ int normlab_rms_bwd(int x_code, int w_code, void* dx, void* dw, float* partial, 
 int normlab_ln_fwd(int x_code, int w_code, void* y, float* mean, float* rstd, const void* x,
                    const void* w, const void* b, long long rows, int d, float eps, void* stream);
 
-// LayerNorm backward: dx; dw when w != nullptr (w's dtype, via partial_w); db always (x's dtype, via
-// partial_b). Both partial buffers hold blocks x d fp32.
-int normlab_ln_bwd(int x_code, int w_code, void* dx, void* dw, void* db, float* partial_w,
+// LayerNorm backward: dx; dw when w != nullptr (via partial_w); db always (via partial_b). dw and db are
+// d floats each (the fp32 sums); both partial buffers hold blocks x d fp32.
+int normlab_ln_bwd(int x_code, int w_code, void* dx, float* dw, float* db, float* partial_w,
                    float* partial_b, int blocks, const void* dy, const void* x, const void* w,
                    const float* mean, const float* rstd, long long rows, int d, void* stream);
 

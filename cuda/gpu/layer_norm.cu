@@ -286,7 +286,7 @@ extern "C" int normlab_ln_bwd_blocks(int x_code, int w_code, const void* dx, con
   });
 }
 
-extern "C" int normlab_ln_bwd(int x_code, int w_code, void* dx, void* dw, void* db, float* partial_w,
+extern "C" int normlab_ln_bwd(int x_code, int w_code, void* dx, float* dw, float* db, float* partial_w,
                               float* partial_b, int blocks, const void* dy, const void* x, const void* w,
                               const float* mean, const float* rstd, long long rows, int d, void* stream) {
   if (rows < 0 || d < 0 || db == nullptr) return cudaErrorInvalidValue;
@@ -297,9 +297,9 @@ extern "C" int normlab_ln_bwd(int x_code, int w_code, void* dx, void* dw, void* 
     using W = typename decltype(tw)::type;
     const size_t n = static_cast<size_t>(d);
     if (rows == 0) {
-      cudaError_t e = cudaMemsetAsync(db, 0, sizeof(T) * n, s);
+      cudaError_t e = cudaMemsetAsync(db, 0, sizeof(float) * n, s);
       if (e != cudaSuccess || dw == nullptr) return e;
-      return cudaMemsetAsync(dw, 0, sizeof(W) * n, s);
+      return cudaMemsetAsync(dw, 0, sizeof(float) * n, s);
     }
     if (blocks < 1 || blocks > rows || partial_b == nullptr) return cudaErrorInvalidValue;
     float* pw = dw == nullptr ? nullptr : partial_w;
@@ -318,8 +318,8 @@ extern "C" int normlab_ln_bwd(int x_code, int w_code, void* dx, void* dw, void* 
       NORMLAB_LAUNCH(blocks, threads_for(d, kLnBwdItems), 0, s, ln_bwd_kernel<T, W, 1>)(dxp, pw, partial_b, dyp, xp, wp, mean, rstd, rows, d);
     e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    e = launch_column_sum<T>(static_cast<T*>(db), partial_b, blocks, d, s);
+    e = launch_column_sum<float>(db, partial_b, blocks, d, s);
     if (e != cudaSuccess || dw == nullptr) return e;
-    return launch_column_sum<W>(static_cast<W*>(dw), pw, blocks, d, s);
+    return launch_column_sum<float>(dw, pw, blocks, d, s);
   });
 }

@@ -162,7 +162,7 @@ extern "C" int normlab_rms_bwd_blocks(int x_code, int w_code, const void* dx, co
   });
 }
 
-extern "C" int normlab_rms_bwd(int x_code, int w_code, void* dx, void* dw, float* partial, int blocks,
+extern "C" int normlab_rms_bwd(int x_code, int w_code, void* dx, float* dw, float* partial, int blocks,
                                const void* dy, const void* x, const void* w, const float* rstd, long long rows,
                                int d, int convention, void* stream) {
   if (rows < 0 || d < 0 || (convention != 0 && convention != 1)) return cudaErrorInvalidValue;
@@ -172,7 +172,7 @@ extern "C" int normlab_rms_bwd(int x_code, int w_code, void* dx, void* dw, float
     using T = typename decltype(tx)::type;
     using W = typename decltype(tw)::type;
     if (rows == 0) {  // an empty batch: dweight is a sum of nothing
-      return dw == nullptr ? cudaSuccess : cudaMemsetAsync(dw, 0, sizeof(W) * static_cast<size_t>(d), s);
+      return dw == nullptr ? cudaSuccess : cudaMemsetAsync(dw, 0, sizeof(float) * static_cast<size_t>(d), s);
     }
     if (blocks < 1 || blocks > rows) return cudaErrorInvalidValue;
     float* part = dw == nullptr ? nullptr : partial;
@@ -192,6 +192,6 @@ extern "C" int normlab_rms_bwd(int x_code, int w_code, void* dx, void* dw, float
       NORMLAB_LAUNCH(blocks, threads_for(d, kBwdItems), 0, s, rms_bwd_kernel<T, W, 1>)(dxp, part, dyp, xp, wp, rstd, rows, d, convention);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess || dw == nullptr) return e;
-    return launch_column_sum<W>(static_cast<W*>(dw), part, blocks, d, s);
+    return launch_column_sum<float>(dw, part, blocks, d, s);
   });
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -19,6 +20,9 @@ BUILD_ROOT = REPO / "build" / "native"
 # --- the normlab CPU library: the op schemas (cuda/ops.cpp) and their CPU kernels ----------------------
 CPU_NAME = "normlab_cpu"
 CPU_SOURCES = ("ops.cpp", "cpu/rms_norm_cpu.cpp", "cpu/layer_norm_cpu.cpp")
+# headers the CPU library is compiled from (ninja tracks them; listed for source hashes and readers)
+CPU_HEADERS = ("ops.h", "op_checks.h", "cpu/simd.h", "cpu/isa.h", "cpu/rms_norm_kernels.h",
+               "cpu/layer_norm_kernels.h", "cpu/cpu_common.h")
 # -ffp-contract=off: no silent a*b+c -> fma, so vector lanes and scalar tails round identically.
 # -fopenmp: at::parallel_for expands to an OpenMP region in the extension's own code.
 CPU_CFLAGS = ("-O3", "-ffp-contract=off", "-fopenmp")
@@ -34,13 +38,22 @@ CUDA_SOURCES = (
     "gpu/layer_norm.cu",
 )
 CUDA_KERNEL_SOURCES = tuple(s for s in CUDA_SOURCES if s.endswith(".cu"))
-CUDA_HEADERS = ("gpu/common.cuh", "gpu/launchers.h")
+CUDA_HEADERS = ("gpu/common.cuh", "gpu/launchers.h", "ops.h", "op_checks.h")
 # sm_90 machine code plus compute_90 PTX (the same as -gencode arch=compute_90,code=[sm_90,compute_90],
 # written as two flags so no shell ever sees the brackets). Naming an arch also stops cpp_extension from
 # adding its own list of architectures (it would pick every supported one when no GPU is present).
 GENCODE = ("-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_90,code=compute_90")
 CUDA_FLAGS = ("-O3", "-lineinfo", *GENCODE)
 CUDA_CXX_FLAGS = ("-O3",)
+
+# --- the CUDA glue and kernels on the CPU emulation (tests only): library `normlab_emu` ------------------
+# Each .cu is compiled by g++ as C++ after emulation/emu.h (a generated two-line wrapper per kernel file);
+# ops_emu.cpp is the CUDA glue compiled with NORMLAB_EMULATION. -Bsymbolic: the emulated CUDA runtime
+# calls bind to emu_runtime.cpp, never to a libcudart loaded by torch.
+EMU_NAME = "normlab_emu"
+EMU_SOURCES = ("gpu/emulation/ops_emu.cpp", "gpu/emulation/emu_runtime.cpp")
+EMU_CFLAGS = ("-O1", "-pthread")
+EMU_LDFLAGS = ("-pthread", "-Wl,-Bsymbolic")
 
 # --- the rsqrt study's extensions ----------------------------------------------------------------------
 # -ffp-contract=off: no silent FMA fusion (the classic step must round as written);
@@ -52,6 +65,12 @@ RSQRT_GPU_SOURCES = ("rsqrt/rsqrt_gpu.cu", "rsqrt/rsqrt_gpu_bind.cpp")
 
 class NativeBuildError(RuntimeError):
     """Raised when a native extension cannot be built (missing compiler, compile error, ...)."""
+
+
+_LOADED: dict[str, object] = {}
+BUILD_SECONDS: dict[str, float] = {}
+"""Seconds each :func:`load_extension` call of this process took (build or cache check, and loading), by
+library name: the test session reports them apart from the tests' own durations."""
 
 
 def _default_cuda_home() -> None:
@@ -83,13 +102,16 @@ def load_extension(name: str, sources, *, cuda: bool = False, extra_cflags=(), e
     registrations and the path of the shared object is returned.
     """
     _require_compiler(cuda)
+    if name in _LOADED:  # built and loaded by this process already
+        return _LOADED[name]
     from torch.utils import cpp_extension  # imported late: it pulls in setuptools
 
     build_dir = BUILD_ROOT / name
     build_dir.mkdir(parents=True, exist_ok=True)
-    srcs = [str(SOURCES / s) for s in sources]
+    srcs = [str(SOURCES / s) for s in sources]  # an absolute path stays as it is
+    start = time.perf_counter()
     try:
-        return cpp_extension.load(
+        _LOADED[name] = cpp_extension.load(
             name=name,
             sources=srcs,
             extra_cflags=list(extra_cflags),
@@ -100,8 +122,11 @@ def load_extension(name: str, sources, *, cuda: bool = False, extra_cflags=(), e
             is_python_module=is_python_module,
             verbose=verbose,
         )
+        return _LOADED[name]
     except (RuntimeError, OSError, ImportError) as exc:  # compile or link failure
         raise NativeBuildError(f"building native extension {name!r} from {sources} failed: {exc}") from exc
+    finally:
+        BUILD_SECONDS[name] = BUILD_SECONDS.get(name, 0.0) + time.perf_counter() - start
 
 
 def load_cpu_library():
@@ -121,6 +146,25 @@ def load_cuda_library(verbose: bool = False):
         cpp_extension.CUDA_HOME = home
     return load_extension(CUDA_NAME, CUDA_SOURCES, cuda=True, extra_cflags=CUDA_CXX_FLAGS,
                           extra_cuda_cflags=CUDA_FLAGS, verbose=verbose)
+
+
+def load_emulation_library():
+    """Compile (or reuse) and load ``normlab_emu``: the CUDA glue and kernels run on CPU tensors by the
+    emulation of ``cuda/gpu/emulation/emu.h``, as ``torch.ops.normlab_emu.*`` (the schemas of ``normlab``).
+    Needs the CUDA headers (``CUDA_HOME``), not nvcc's output or a GPU. For the tests."""
+    _require_compiler(cuda=True)
+    home = Path(os.environ["CUDA_HOME"])
+    wrappers = []
+    wrap_dir = BUILD_ROOT / EMU_NAME / "kernels"
+    wrap_dir.mkdir(parents=True, exist_ok=True)
+    for cu in CUDA_KERNEL_SOURCES:
+        text = f'#include "emu.h"\n#include "{SOURCES / cu}"\n'
+        path = wrap_dir / (Path(cu).stem + "_emu.cpp")
+        if not path.exists() or path.read_text() != text:  # rewritten only on change: ninja keeps its cache
+            path.write_text(text)
+        wrappers.append(path)
+    cflags = (*EMU_CFLAGS, f"-I{home / 'include'}", f"-I{SOURCES / 'gpu' / 'emulation'}")
+    return load_extension(EMU_NAME, (*EMU_SOURCES, *wrappers), extra_cflags=cflags, extra_ldflags=EMU_LDFLAGS)
 
 
 def load_rsqrt_cpu():

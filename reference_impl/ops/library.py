@@ -83,9 +83,13 @@ def _register_fakes() -> None:
         res_out = torch.empty_like(x) if residual is not None else x.new_empty((0,))
         return torch.empty_like(x), res_out, x.new_empty(x.shape[:-1], dtype=torch.float32)
 
+    @torch.library.register_fake("normlab::rms_norm_fwd_out")
+    def _rms_fwd_out_fake(x, weight, residual, eps, convention, *, y, residual_out):
+        return x.new_empty(x.shape[:-1], dtype=torch.float32)
+
     @torch.library.register_fake("normlab::rms_norm_bwd")
-    def _rms_bwd_fake(dy, x, weight, rstd, convention):
-        dw = torch.empty_like(weight) if weight is not None else x.new_empty((0,))
+    def _rms_bwd_fake(dy, x, weight, rstd, convention):  # dweight: the float32 sum over rows
+        dw = x.new_empty((x.shape[-1],), dtype=torch.float32) if weight is not None else x.new_empty((0,))
         return torch.empty_like(x), dw
 
     @torch.library.register_fake("normlab::layer_norm_fwd")
@@ -93,16 +97,42 @@ def _register_fakes() -> None:
         stat = x.new_empty(x.shape[:-1], dtype=torch.float32)
         return torch.empty_like(x), stat, torch.empty_like(stat)
 
+    @torch.library.register_fake("normlab::layer_norm_fwd_out")
+    def _ln_fwd_out_fake(x, weight, bias, eps, *, y):
+        stat = x.new_empty(x.shape[:-1], dtype=torch.float32)
+        return stat, torch.empty_like(stat)
+
     @torch.library.register_fake("normlab::layer_norm_bwd")
-    def _ln_bwd_fake(dy, x, weight, mean, rstd):
-        dw = torch.empty_like(weight) if weight is not None else x.new_empty((0,))
-        return torch.empty_like(x), dw, dy.new_empty((x.shape[-1],))
+    def _ln_bwd_fake(dy, x, weight, mean, rstd):  # dweight and dbias: float32 sums over rows
+        d = x.shape[-1]
+        dw = x.new_empty((d,), dtype=torch.float32) if weight is not None else x.new_empty((0,))
+        return torch.empty_like(x), dw, x.new_empty((d,), dtype=torch.float32)
     # --8<-- [end:fakes]
+
+
+_out_lib = torch.library.Library("normlab", "IMPL")  # kept alive: it holds the registrations below
+
+
+def _register_out_guards() -> None:
+    """The out= ops record no gradient: under grad mode an input that requires grad is a ValueError."""
+    for name in ("rms_norm_fwd_out", "layer_norm_fwd_out"):
+        op = getattr(torch.ops.normlab, name).default
+
+        def guard(keyset, *args, _op=op, **kwargs):
+            if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                               for t in (*args, *kwargs.values())):
+                raise ValueError(f"{_op}: the out= variant records no gradient, but an input requires grad; "
+                                 "call it under torch.no_grad() / torch.inference_mode(), or without out=")
+            with torch._C._AutoDispatchBelowAutograd():
+                return _op.redispatch(keyset & torch._C._after_autograd_keyset, *args, **kwargs)
+
+        _out_lib.impl(name, guard, "Autograd", with_keyset=True)
 
 
 # --- load once, at import -------------------------------------------------------------------------------
 load_cpu_library()
 _register_fakes()
+_register_out_guards()
 _autograd.register()
 if torch.cuda.is_available():
     load_cuda()
@@ -123,8 +153,44 @@ def _check_fused_param(p, x, name: str) -> None:
         raise TypeError(f"{name} has dtype {p.dtype}; the fused op needs x's dtype ({x.dtype}) or float32")
 
 
+def _span(t: torch.Tensor):
+    """[first byte, last byte + 1) of t's elements in its storage's address space (None when empty)."""
+    if t.numel() == 0:
+        return None
+    base = t.untyped_storage().data_ptr()
+    last = t.storage_offset() + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    return base + t.storage_offset() * t.element_size(), base + (last + 1) * t.element_size()
+
+
+def _check_out(out, name: str, x: torch.Tensor, inputs: dict) -> None:
+    """An out= buffer: a contiguous tensor of x's shape, dtype and device that shares no memory with an
+    input (``inputs``: name -> tensor or None) and needs no gradient."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(out).__name__}")
+    if out.dtype != x.dtype:
+        raise TypeError(f"{name} has dtype {out.dtype} but x has dtype {x.dtype}; they must match")
+    if out.shape != x.shape:
+        raise ValueError(f"{name} has shape {tuple(out.shape)} but x has shape {tuple(x.shape)}; they must match")
+    if out.device != x.device:
+        raise ValueError(f"{name} is on {out.device} but x is on {x.device}")
+    if not out.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (the op writes it row by row)")
+    grad_inputs = [t for t in (out, *inputs.values()) if t is not None and t.requires_grad]
+    if torch.is_grad_enabled() and grad_inputs:
+        raise ValueError(f"{name}= records no gradient, but an input or {name} requires grad; call it under "
+                         "torch.no_grad() / torch.inference_mode(), or without out=")
+    if torch.compiler.is_compiling():  # no addresses while tracing: the op checks overlap when it runs
+        return
+    so = _span(out)
+    for other_name, t in inputs.items():
+        st = None if t is None else _span(t)
+        if so and st and so[0] < st[1] and st[0] < so[1]:
+            raise ValueError(f"{name} shares memory with {other_name}; pass a separate buffer")
+
+
 def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
-                   residual: torch.Tensor | None = None, convention: str = "llama"):
+                   residual: torch.Tensor | None = None, convention: str = "llama", *,
+                   out: torch.Tensor | None = None, residual_out: torch.Tensor | None = None):
     """Fused RMSNorm over the last dimension, optionally fused with the residual add.
 
     Args:
@@ -135,16 +201,24 @@ def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: flo
             fp32, one rounding) is normalized and returned as the new residual stream.
         convention: ``"llama"`` (``round_x(round_x(h * rstd) * weight)``) or ``"gemma"``
             (``round_x(h * rstd * (1 + weight))``, the weight stored as an offset from one).
+        out: keyword-only, for inference: a contiguous tensor of x's shape, dtype and device that
+            receives ``y`` (no allocation for it); it must share no memory with an input.
+        residual_out: keyword-only, with ``residual``: the same for ``h``.
 
     Returns:
-        ``y`` of x's shape and dtype, or ``(y, h)`` when ``residual`` is given. Differentiable in ``x``,
-        ``weight`` and ``residual``.
+        ``y`` of x's shape and dtype, or ``(y, h)`` when ``residual`` is given (``out`` and
+        ``residual_out`` themselves when given). Differentiable in ``x``, ``weight`` and ``residual``
+        (first, second and higher order), except with ``out``/``residual_out``.
 
     Raises:
         TypeError: non-tensor input; integer, bool, complex or float64 dtype; weight dtype other than
-            x's or float32; unknown convention type.
-        ValueError: 0-d ``x``; weight or residual of the wrong shape or device; bad ``eps``; unknown
-            convention name.
+            x's or float32; unknown convention type; ``out``/``residual_out`` not a tensor or not of x's
+            dtype.
+        ValueError: 0-d ``x`` or an empty last dimension; weight or residual of the wrong shape or device;
+            bad ``eps`` (negative, NaN, infinite, above the float32 range); unknown convention name;
+            ``out``/``residual_out`` of the wrong shape or device, non-contiguous, sharing memory with an
+            input, or used while grad mode is on and an input requires grad; ``residual_out`` without
+            ``residual``.
         reference_impl.ops.build.NativeBuildError: the native library cannot be built (no C++ compiler).
     """
     _check_fused_input(x, "fused_rms_norm")
@@ -162,31 +236,48 @@ def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: flo
             raise TypeError(f"residual has dtype {residual.dtype} but x has dtype {x.dtype}; they must match")
         if residual.device != x.device:
             raise ValueError(f"residual is on {residual.device} but x is on {x.device}")
-        residual = residual.contiguous()
+    if residual_out is not None and residual is None:
+        raise ValueError("residual_out is given without a residual")
     _ensure_device(x)
-    y, res_out, _ = torch.ops.normlab.rms_norm_fwd(
-        x.contiguous(), None if weight is None else weight.contiguous(), residual, eps, CONVENTIONS[convention]
-    )
-    return y if residual is None else (y, res_out)
+    args = (x.contiguous(), None if weight is None else weight.contiguous(),
+            None if residual is None else residual.contiguous(), eps, CONVENTIONS[convention])
+    if out is None and residual_out is None:
+        y, res_out, _ = torch.ops.normlab.rms_norm_fwd(*args)
+        return y if residual is None else (y, res_out)
+    # --8<-- [start:out]
+    inputs = {"x": x, "weight": weight, "residual": residual}
+    if out is None:
+        out = torch.empty_like(args[0])
+    _check_out(out, "out", x, inputs)
+    if residual is not None:
+        if residual_out is None:
+            residual_out = torch.empty_like(args[0])
+        _check_out(residual_out, "residual_out", x, inputs | {"out": out})
+    torch.ops.normlab.rms_norm_fwd_out(*args, y=out, residual_out=residual_out)
+    return out if residual is None else (out, residual_out)
+    # --8<-- [end:out]
 
 
 def fused_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                     eps: float = 1e-5) -> torch.Tensor:
+                     eps: float = 1e-5, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """Fused LayerNorm over the last dimension: ``round_x(((x - mean) * rstd) * weight + bias)``.
 
     Two-pass statistics in fp32 (biased variance, as ``torch.nn.functional.layer_norm``). ``x`` float32,
-    bfloat16 or float16; ``weight`` and ``bias`` of shape ``(d,)`` in x's dtype or float32, or ``None``.
-    Returns a tensor of x's shape and dtype, differentiable in ``x``, ``weight`` and ``bias``. The bias
-    gradient is accumulated in fp32 and rounded to x's dtype by the op, then returned in the bias dtype.
-    Errors as :func:`fused_rms_norm`.
+    bfloat16 or float16, shape ``(..., d)``; ``weight`` and ``bias`` of shape ``(d,)`` in x's dtype or
+    float32, or ``None``. Returns a tensor of x's shape and dtype (``out`` itself when given: keyword-only,
+    for inference, as in :func:`fused_rms_norm`), differentiable in ``x``, ``weight`` and ``bias`` to any
+    order. The weight and bias gradients are float32 sums over rows, rounded once to each parameter's
+    dtype. Errors as :func:`fused_rms_norm`.
     """
     _check_fused_input(x, "fused_layer_norm")
     _check_fused_param(weight, x, "weight")
     _check_fused_param(bias, x, "bias")
     eps = check_eps(eps, max_value=_FLOAT32_MAX)
     _ensure_device(x)
-    y, _, _ = torch.ops.normlab.layer_norm_fwd(
-        x.contiguous(), None if weight is None else weight.contiguous(),
-        None if bias is None else bias.contiguous(), eps,
-    )
-    return y
+    args = (x.contiguous(), None if weight is None else weight.contiguous(),
+            None if bias is None else bias.contiguous(), eps)
+    if out is None:
+        return torch.ops.normlab.layer_norm_fwd(*args)[0]
+    _check_out(out, "out", x, {"x": x, "weight": weight, "bias": bias})
+    torch.ops.normlab.layer_norm_fwd_out(*args, y=out)
+    return out
