@@ -13,6 +13,11 @@ not wipe the outcomes of the rest. Each merge is listed under ``"partial_runs"``
 
 Outcomes: ``passed``, ``failed``, ``skipped``, ``xfailed``, ``xpassed``, or ``not run`` (collected, but the
 session ended before it ran, e.g. after ``-x``). Deselected tests are not recorded.
+
+Native libraries are built before the first test runs, so no test's duration includes a compiler run:
+collecting a module that imports ``reference_impl.ops`` builds (or loads) the CPU library, and after
+collection :func:`pytest_collection_finish` builds whatever else the selected tests use (the CUDA library,
+its CPU emulation, the rsqrt study's extension). Their times go to ``"setup"`` -> ``"native builds"``.
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,6 +58,46 @@ def pytest_collection_modifyitems(session, config, items):
         _results[item.nodeid] = {"outcome": "not run", "duration": 0.0, "guards": sorted(set(guards))}
         if item.get_closest_marker("site") is not None:
             _site_items.add(item.nodeid)
+
+
+# test files -> the native libraries (loader names in reference_impl.ops.build) their tests need
+_NATIVE_NEEDS = {
+    "tests/test_cuda_build.py": ("load_cuda_library", "load_emulation_library"),
+    "tests/test_cuda_kernels.py": ("load_cuda_library",),
+    "tests/ops/test_contract_emulation.py": ("load_emulation_library",),
+    "tests/ops/test_contract_cuda.py": ("load_cuda_library",),
+    "tests/test_rsqrt.py": ("load_rsqrt_cpu",),
+}
+
+
+def pytest_collection_finish(session):
+    """Build the native libraries the selected tests need, before any of them runs (timed apart)."""
+    if hasattr(session.config, "workerinput"):
+        return
+    files = {item.nodeid.split("::", 1)[0] for item in session.items}
+    loaders = sorted({name for f in files for name in _NATIVE_NEEDS.get(f, ())})
+    if not loaders:
+        return
+    from reference_impl.ops import build, library
+
+    for name in loaders:
+        if name == "load_cuda_library" and not _cuda_toolkit():
+            continue  # the tests themselves report the missing toolkit
+        try:  # the CUDA kernels through the ops package, which registers their Python parts too
+            library.load_cuda() if name == "load_cuda_library" else getattr(build, name)()
+        except build.NativeBuildError:
+            pass  # the test that needs the library fails with the compiler's message
+
+
+def _cuda_toolkit() -> bool:
+    home = os.environ.get("CUDA_HOME") or "/usr/local/cuda"
+    return (Path(home) / "bin" / "nvcc").exists()
+
+
+def _native_build_times() -> dict:
+    build = sys.modules.get("reference_impl.ops.build")
+    seconds = dict(getattr(build, "BUILD_SECONDS", {}) or {})
+    return {"seconds": round(sum(seconds.values()), 2), "libraries": {k: round(v, 2) for k, v in sorted(seconds.items())}}
 
 
 def pytest_deselected(items):
@@ -105,7 +151,7 @@ def _write(name: str, entries: dict, meta: dict, full: bool) -> None:
         rerun = {_function_id(n) for n in entries}
         tests = {n: e for n, e in old.get("tests", {}).items() if _function_id(n) not in rerun}
         tests.update(entries)
-        payload = dict(old, tests=dict(sorted(tests.items())))
+        payload = dict(old, tests=dict(sorted(tests.items())), setup=meta["setup"])
         payload.setdefault("partial_runs", []).append(
             {k: meta[k] for k in ("date", "commit", "markexpr", "exitstatus")} | {"tests": len(entries)})
         if int(meta["exitstatus"]) not in (0, 5):
@@ -133,6 +179,8 @@ def pytest_sessionfinish(session, exitstatus):
         },
         "markexpr": session.config.getoption("markexpr", "") or "",
         "exitstatus": int(exitstatus),
+        # compiling or loading the native libraries, before the first test: not in any test's duration
+        "setup": {"native builds": _native_build_times()},
     }
     full = _is_full_run(session.config)
     core = {n: e for n, e in _results.items() if n not in _site_items}

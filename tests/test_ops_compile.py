@@ -52,6 +52,14 @@ def f(x, w, b, eps):
     return fused_rms_norm(x, w, eps, convention="llama"), fused_layer_norm(x, w, b, eps)
 c = torch.compile(f, fullgraph=True, dynamic=True)
 check(c, f, CASES)
+x = torch.randn(2, 64)
+for bad in (-1.0, float("nan"), 1e39):  # a symbolic eps is checked by the op when it runs
+    try:
+        c(x, torch.ones(64), torch.zeros(64), bad)
+    except ValueError as e:
+        assert "eps" in str(e), e
+    else:
+        raise AssertionError(f"eps={bad} accepted")
 """,
 }
 
