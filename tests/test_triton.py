@@ -40,7 +40,12 @@ HAS_CUDA = torch.cuda.is_available()
 
 # (shape, block_size): odd widths, a 3-D input, and rows wider than the tile (read in chunks)
 SHAPES = [((3, 1), None), ((2, 7), None), ((2, 3, 33), None), ((2, 1000), None), ((2, 33), 16), ((2, 1000), 256)]
-GPU_SHAPES = [((64, 4096), None), ((8, 8192), None), ((4, 8193), None), ((2, 65536), None), ((300, 1000), 128)]
+# on a GPU every (dtype, weight, convention, tile) is one more compiled kernel: the parametrized tests use
+# three shapes there (a small tile, the largest register tile, a chunked row) and
+# test_gpu_widths_and_tiles covers the other widths for two configurations
+CUDA_SHAPES = [((2, 3, 33), None), ((8, 8192), None), ((4, 8193), None)]
+GPU_SHAPES = [((3, 1), None), ((2, 1000), None), ((64, 4096), None), ((2, 16384), None), ((2, 65536), None),
+              ((300, 1000), 128), ((5, 4097), 256)]
 
 # --------------------------------------------------------------------------------------------------------
 # backends
@@ -183,7 +188,7 @@ def be(request):
 
 
 def _shapes(be):
-    return SHAPES + (GPU_SHAPES if be.name == "cuda" else [])
+    return CUDA_SHAPES if be.name == "cuda" else SHAPES
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -310,9 +315,7 @@ def _rms_backward_case(be, shape, block, dtype, wmode, convention, residual, see
 @pytest.mark.parametrize("dtype,wmode", [WMODES[i] for i in (0, 1, 3, 4, 5)], ids=lambda v: str(v).replace("torch.", ""))
 def test_rms_backward_matches_oracle(be, dtype, wmode, convention, residual):
     shapes = [((3, 1), None), ((2, 3, 33), None), ((3, 1000), None), ((3, 300), 64)]
-    if be.name == "cuda":
-        shapes += GPU_SHAPES
-    for i, (shape, block) in enumerate(shapes):
+    for i, (shape, block) in enumerate(CUDA_SHAPES if be.name == "cuda" else shapes):
         _rms_backward_case(be, shape, block, dtype, wmode, convention, residual, 30 + i)
 
 
@@ -375,9 +378,7 @@ def test_rows_do_not_depend_on_the_batch(be):
                          ids=lambda v: str(v).replace("torch.", ""))
 def test_layer_norm_matches_oracle(be, dtype, wmode):
     shapes = [((3, 1), None), ((2, 7), None), ((2, 3, 33), None), ((2, 1000), None), ((2, 300), 64)]
-    if be.name == "cuda":
-        shapes += GPU_SHAPES
-    for i, (shape, block) in enumerate(shapes):
+    for i, (shape, block) in enumerate(CUDA_SHAPES if be.name == "cuda" else shapes):
         x, w, b, dy, _ = _data(shape, dtype, 70 + i, wmode)
         x = x + 3.0  # an offset, so the centring matters
         x = x.to(dtype)
@@ -491,6 +492,28 @@ def test_bad_input_raises_the_same_error_in_the_interpreter(interp_worker):
         interp_worker.call("triton_layer_norm", x.double())
     y, h, rstd = interp_worker.call("rms_norm_fwd", torch.ones(0, 4), None, None, EPS, "llama", None)
     assert y.shape == (0, 4) and rstd.shape == (0,)  # no rows: nothing to launch, empty results
+
+
+@pytest.mark.guards("triton.rms_forward", "triton.residual", "triton.backward", "triton.layer_norm")
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="no CUDA device here: run scripts/gpu_check.sh on a GPU")
+@pytest.mark.parametrize("dtype,wmode,convention", [(torch.bfloat16, "same", "llama"), (torch.float32, "f32", "gemma")],
+                         ids=["bf16-llama", "fp32-gemma"])
+def test_gpu_widths_and_tiles(dtype, wmode, convention):
+    """The other widths on the GPU: one element, 1000, 4096, 16384 and 65536 (chunked), forced small
+    tiles; forward with a residual and backward through autograd, RMSNorm and LayerNorm."""
+    be = Cuda()
+    for i, (shape, block) in enumerate(GPU_SHAPES):
+        _rms_backward_case(be, shape, block, dtype, wmode, convention, True, 100 + i)
+        x, w, b, dy, _ = _data(shape, dtype, 120 + i, wmode)
+        outs, g = be.autograd("triton_layer_norm", [x, w, b, LN_EPS], {"block_size": block}, [0, 1, 2], [dy])
+        xd, wd, bd = x.double().numpy(), w.double().numpy(), b.double().numpy()
+        tol.assert_within(outs[0], oracle.layer_norm_forward(xd, wd, bd, LN_EPS),
+                          tol.ln_forward_bound(x, w, b, LN_EPS, dtype), f"LayerNorm {shape} block {block}")
+        bdx, bdw, bdb = tol.ln_backward_bounds(dy, x, w, b, LN_EPS, dtype, w.dtype)
+        for got, want, bound, name in zip(g, oracle.layer_norm_backward(dy.double().numpy(), xd, wd, bd, LN_EPS),
+                                          (bdx, bdw, bdb), ("dx", "dweight", "dbias")):
+            tol.assert_within(got, want, bound, f"LayerNorm {name} {shape} block {block}")
 
 
 @pytest.mark.guards("triton.rms_forward")

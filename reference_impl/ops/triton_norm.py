@@ -16,7 +16,8 @@ Same contract as :func:`reference_impl.ops.fused_rms_norm` / :func:`~reference_i
 
 Launch shape: the forward runs one program per row. A row of at most ``MAX_SINGLE_BLOCK`` elements is held
 in registers as one tile; a longer row is read in chunks of ``block_size`` elements (``CHUNK`` by default),
-once for the statistics and once more for the output (twice more for LayerNorm's centred variance).
+once for the statistics and once more for the output (LayerNorm reads it once more, for its centred
+variance).
 
 Where the kernels run: CUDA tensors run the compiled kernels. CPU tensors run under Triton's interpreter,
 which must be switched on *before* ``triton`` is imported (``TRITON_INTERPRET=1`` in the environment):
@@ -309,8 +310,8 @@ def round_like_kernels(v: torch.Tensor, dtype: torch.dtype, by_bits: bool | None
     ``by_bits`` forces the integer round-to-nearest-even path on or off (default: on exactly where the
     kernels use it, i.e. bfloat16 under the interpreter). Lets the tests compare both paths with torch.
     """
-    if v.dtype != torch.float32:
-        raise TypeError(f"v must be float32, got {v.dtype}")
+    if not isinstance(v, torch.Tensor) or v.dtype != torch.float32:
+        raise TypeError(f"v must be a float32 tensor, got {getattr(v, 'dtype', type(v).__name__)}")
     if dtype not in SUPPORTED_DTYPES:
         raise TypeError(f"dtype must be one of float32, bfloat16, float16, got {dtype}")
     _check_device(v)
