@@ -2,7 +2,7 @@
 # GPU checks for a lent GPU machine (an H200 here), in one call of at most 8 minutes:
 #   0. install Liger-Kernel from the carried wheel (.whl/liger_kernel-*.whl; pure Python, no network),
 #   1. build the CUDA library (cuda/gpu, sm_90) and the CPU library it extends,
-#   2. run the CUDA kernel tests on the GPU (tests/test_cuda_kernels.py, the rsqrt sweep test),
+#   2. run the tests marked gpu (the CUDA kernels, the op contract on CUDA, the rsqrt sweep test),
 #   3. run the Triton tests on the GPU (tests/test_triton.py -m gpu: the compiled Triton kernels),
 #   R. meanwhile, in the background: the rsqrt GPU sweep (reference_impl.studies.rsqrt --gpu), an error
 #      sweep that times nothing, so it may share the GPU with the tests,
@@ -78,12 +78,14 @@ fi
 # 1-3. build, then the GPU tests (CPU emulation and compile checks ran in make test)
 step build 85 "$LOG" "$PY" -c 'from reference_impl.ops import cuda; cuda.ensure_loaded(); print("normlab CUDA library loaded")'
 MARK=$(mktemp)
-step cuda-tests 95 "$LOG" "$PY" -m pytest -q -p no:cacheprovider -m gpu \
-  tests/test_cuda_kernels.py tests/test_rsqrt_cuda_compiles.py::test_gpu_sweep_on_device
-grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed|skipped|errors?) " "$LOG" | tail -4 >>"$SUMMARY"
-# Each Triton specialization compiles on first use; xdist spreads the compiles over 4 processes.
+# every test marked gpu (the CUDA kernels, the op contract on CUDA, the rsqrt sweep test), in 4 processes
+# when pytest-xdist is there; the Triton tests next, on their own time limit
 XDIST=""
 "$PY" -c 'import xdist' 2>/dev/null && XDIST="-n 4"
+step cuda-tests 95 "$LOG" "$PY" -m pytest -q -p no:cacheprovider -m gpu $XDIST tests \
+  --ignore=tests/site --ignore=tests/test_triton.py
+grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed|skipped|errors?) " "$LOG" | tail -4 >>"$SUMMARY"
+# Each Triton specialization compiles on first use: xdist spreads the compiles over the processes.
 step triton-tests 75 "$LOG" "$PY" -m pytest -q -p no:cacheprovider -m gpu $XDIST tests/test_triton.py
 grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed|skipped|errors?) " "$LOG" | tail -4 >>"$SUMMARY"
 if [ -n "$(find build/test-results.json -newer "$MARK" 2>/dev/null)" ]; then
