@@ -84,10 +84,10 @@ XDIST=""
 "$PY" -c 'import xdist' 2>/dev/null && XDIST="-n 4"
 step cuda-tests 95 "$LOG" "$PY" -m pytest -q -p no:cacheprovider -m gpu $XDIST tests \
   --ignore=tests/site --ignore=tests/test_triton.py
-grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed|skipped|errors?) " "$LOG" | tail -4 >>"$SUMMARY"
+grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed|skipped|error)" "$LOG" | tail -4 >>"$SUMMARY"
 # Each Triton specialization compiles on first use: xdist spreads the compiles over the processes.
 step triton-tests 75 "$LOG" "$PY" -m pytest -q -p no:cacheprovider -m gpu $XDIST tests/test_triton.py
-grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed|skipped|errors?) " "$LOG" | tail -4 >>"$SUMMARY"
+grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed|skipped|error)" "$LOG" | tail -4 >>"$SUMMARY"
 if [ -n "$(find build/test-results.json -newer "$MARK" 2>/dev/null)" ]; then
   cp build/test-results.json "$OUT/gpu_test_results.json"
 else
