@@ -32,7 +32,8 @@ Writes ``docs/data/bench_gpu.json`` (device, driver, the versions of torch, trit
 the ``provenance`` block of :mod:`reference_impl.provenance`) and, where matplotlib is present, SVG plots
 under ``docs/data/plots/cuda/``. The file is rewritten after every group with ``"complete": false`` so
 that a run cut short still leaves its numbers. ``--dry-run`` prints the plan and checks what can be
-checked without a GPU; ``--quick`` is a smoke run on two small shapes (never commit its file).
+checked without a GPU; ``--quick`` is a smoke run on two small shapes, written to
+``build/bench_gpu_quick.json`` unless ``--out`` says otherwise (never commit it as the measurement).
 """
 from __future__ import annotations
 
@@ -626,8 +627,8 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         print("bench_gpu: no CUDA device; nothing measured (run scripts/gpu_check.sh on a GPU machine)")
         return 2
-    if args.quick and args.out == OUT:
-        args.out = OUT.with_name("bench_gpu_quick.json")  # a smoke file never replaces the measurement
+    if args.quick and args.out == OUT:  # a smoke file never replaces the measurement, nor enters docs/data
+        args.out = REPO / "build" / "bench_gpu_quick.json"
     data = run(shapes=shapes, out=args.out, plots=None if (args.no_plots or args.quick) else PLOTS, quick=args.quick)
     print(json.dumps(data["summary"], indent=1))
     return 0
