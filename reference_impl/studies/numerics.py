@@ -267,7 +267,7 @@ def plots(data: dict, out_dir: Path = PLOTS) -> list[str]:
     ax.axvline(ov["overflow_threshold"], color="grey", ls="--", lw=0.8)
     ax.set_xlabel("RMS of the float16 input row")
     ax.set_ylabel("max relative error of the output (capped at 1)")
-    ax.set_title("float16 squares overflow above sqrt(65504) ≈ 256")
+    ax.set_title("float16 squares overflow from 256 (255.875² = 65472 is the last finite one)")
     ax.legend(fontsize=8)
     ax.grid(True, which="both", lw=0.3)
     fig.tight_layout()
