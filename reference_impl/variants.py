@@ -238,7 +238,7 @@ def qk_norm(q, k, q_weight, k_weight, head_dim, eps=1e-6, *, placement="per_head
             raise ValueError(f"{name}'s last dimension {t.shape[-1]} is not a multiple of head_dim={head_dim}")
         if placement == "per_head":
             heads = t.view(*t.shape[:-1], t.shape[-1] // head_dim, head_dim)
-            out.append(_cv.rms_norm(heads, w, eps, convention=convention).reshape(*t.shape[:-1], -1))
+            out.append(_cv.rms_norm(heads, w, eps, convention=convention).reshape(t.shape))
         else:
             out.append(_cv.rms_norm(t, w, eps, convention=convention))
     return out[0], out[1]

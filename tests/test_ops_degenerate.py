@@ -23,8 +23,6 @@ ENTRY_POINTS = {
     "ops.fused_rms_norm": lambda x: ri.fused_rms_norm(x, torch.ones(x.shape[-1])),
     "ops.fused_layer_norm": lambda x: ri.fused_layer_norm(x, torch.ones(x.shape[-1]), torch.zeros(x.shape[-1])),
 }
-_QK_ZERO_ROWS = pytest.mark.xfail(strict=True, raises=RuntimeError,
-                                  reason="variants.qk_norm reshapes with -1, which fails for 0 rows")
 
 
 @pytest.mark.guards("fused.bad_input")
@@ -36,8 +34,7 @@ def test_empty_last_dimension_is_a_value_error(name, shape):
 
 
 @pytest.mark.guards("fused.bad_input")
-@pytest.mark.parametrize("name", [pytest.param(n, marks=_QK_ZERO_ROWS) if n == "variants.qk_norm" else n
-                                  for n in sorted(ENTRY_POINTS)])
+@pytest.mark.parametrize("name", sorted(ENTRY_POINTS))
 @pytest.mark.parametrize("shape", [(0, 8), (2, 0, 8)], ids=str)
 def test_zero_rows_give_an_empty_result(name, shape):
     x = torch.randn(shape, requires_grad=True)
