@@ -94,32 +94,38 @@ def _inv_rms(ms: torch.Tensor, eps: float, placement: str) -> torch.Tensor:
 
 
 # --8<-- [start:conventions_forward]
-def rms_forward(x, w, eps, convention, placement):
-    """Returns (y, rstd); rstd is the float32/float64 statistic the backward needs."""
-    cd = stat_dtype(x, convention)
-    xf = x.to(cd)
-    rstd = _inv_rms(xf.pow(2).mean(-1, keepdim=True), eps, placement)
+def apply_gain(x, rstd, w, convention):
+    """The family's casting order after the statistic: ``x`` the input, ``rstd`` its float32 (float64)
+    reciprocal RMS of shape ``(..., 1)``, ``w`` the gain or ``None``. Returns y in the family's dtype."""
+    xf = x.to(rstd.dtype)
     if convention == "llama":  # normalize in fp32, cast to the input dtype, then the gain
         h = (xf * rstd).to(x.dtype)
-        return (h if w is None else w * h), rstd
+        return h if w is None else w * h
     if convention == "gemma":  # gain (1 + w) in fp32, then one cast
         h = xf * rstd
-        return (h if w is None else h * (1.0 + w.float())).type_as(x), rstd
+        return (h if w is None else h * (1.0 + w.float())).type_as(x)
     if convention == "t5":  # statistics in fp32, product with the uncast input, cast to a half weight's dtype
         h = x * rstd
         if w is None:
-            return h.to(x.dtype), rstd
+            return h.to(x.dtype)
         if w.dtype in HALF:
             h = h.to(w.dtype)
-        return w * h, rstd
+        return w * h
     if convention == "olmo2":  # gain in fp32, then one cast
         h = xf * rstd
-        return (h if w is None else w * h).to(x.dtype), rstd
+        return (h if w is None else w * h).to(x.dtype)
     # reference and torch: compute dtype, gain in it, one cast (torch's decomposition of _fused_rms_norm)
     h = xf * rstd
     if w is not None:
-        h = h * w.to(cd) if convention == "reference" else h.mul(w)
-    return h.to(x.dtype), rstd
+        h = h * w.to(rstd.dtype) if convention == "reference" else h.mul(w)
+    return h.to(x.dtype)
+
+
+def rms_forward(x, w, eps, convention, placement):
+    """Returns (y, rstd); rstd is the float32/float64 statistic the backward needs."""
+    xf = x.to(stat_dtype(x, convention))
+    rstd = _inv_rms(xf.pow(2).mean(-1, keepdim=True), eps, placement)
+    return apply_gain(x, rstd, w, convention), rstd
 # --8<-- [end:conventions_forward]
 
 
@@ -287,5 +293,5 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, convention="neox"):
 
 __all__ = [
     "RMS_CONVENTIONS", "LN_CONVENTIONS", "EPS_PLACEMENTS", "rms_norm", "rms_norm_backward", "layer_norm",
-    "effective_gain", "stat_dtype", "output_dtype", "rms_forward", "rms_backward", "resolve_eps",
+    "apply_gain", "effective_gain", "stat_dtype", "output_dtype", "rms_forward", "rms_backward", "resolve_eps",
 ]

@@ -40,7 +40,7 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ._checks import check_eps, check_input, check_param, compute_dtype
-from .conventions import HALF, RMS_CONVENTIONS, check_convention, effective_gain, resolve_eps, stat_dtype
+from .conventions import RMS_CONVENTIONS, apply_gain, check_convention, effective_gain, resolve_eps, stat_dtype
 
 STATS = ("sums", "welford")
 _DTYPE_CODE = {torch.float16: 1, torch.bfloat16: 2, torch.float32: 3, torch.float64: 4}
@@ -189,28 +189,13 @@ def _check_stats(stats):
 
 # ---------------------------------------------------------------------------------------------- RMSNorm
 
-# --8<-- [start:rms_gain]
-def _rms_apply_gain(x, xf, rstd, w, convention):
-    """The convention's casting order after the statistic (as ``conventions.rms_forward``)."""
-    if convention == "llama":
-        h = (xf * rstd).to(x.dtype)
-        return h if w is None else w * h
-    if convention == "gemma":
-        h = xf * rstd
-        return (h if w is None else h * (1.0 + w.float())).type_as(x)
-    if convention == "t5":
-        h = x * rstd
-        if w is None:
-            return h.to(x.dtype)
-        return w * (h.to(w.dtype) if w.dtype in HALF else h)
-    if convention == "olmo2":
-        h = xf * rstd
-        return (h if w is None else w * h).to(x.dtype)
-    h = xf * rstd
-    if w is not None:
-        h = h * w.to(xf.dtype) if convention == "reference" else h.mul(w)
-    return h.to(x.dtype)
-# --8<-- [end:rms_gain]
+
+
+def _check_not_empty_shard(x_local) -> None:
+    # a more specific message than check_input's "empty last dimension": the row is split, this rank got none of it
+    if isinstance(x_local, torch.Tensor) and x_local.dim() >= 1 and x_local.shape[-1] == 0:
+        raise ValueError("x_local is an empty shard (its last dimension has size 0); give every rank at least "
+                         "one column of the row")
 
 
 def _rms_grad_parts(dy, x, weight, rstd, convention):
@@ -236,7 +221,7 @@ class _ShardedRMSNorm(torch.autograd.Function):
         rstd = torch.rsqrt(ss / d + eps)
         ctx.save_for_backward(x, weight, rstd)
         ctx.opts = (d, group, convention, deterministic)
-        return _rms_apply_gain(x, xf, rstd, weight, convention)
+        return apply_gain(x, rstd, weight, convention)
 
     @staticmethod
     def backward(ctx, dy):
@@ -285,10 +270,9 @@ def sharded_rms_norm(x_local, weight_local, eps=1e-6, group=None, *, convention=
 
     def local_checks():
         check_convention(convention)
+        _check_not_empty_shard(x_local)
         check_input(x_local, "x_local")
         check_param(weight_local, x_local, "weight_local")
-        if x_local.shape[-1] == 0:
-            raise ValueError("x_local is an empty shard (its last dimension has size 0)")
         return resolve_eps(eps, x_local, convention)
 
     eps = _validated(fn, "sharded", group, check_shapes, x_local, (weight_local,), eps, options, local_checks)
@@ -303,7 +287,7 @@ class _SequenceParallelRMSNorm(torch.autograd.Function):
         rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)   # rows are whole: no communication
         ctx.save_for_backward(x, weight, rstd)
         ctx.opts = (group, convention, deterministic)
-        return _rms_apply_gain(x, xf, rstd, weight, convention)
+        return apply_gain(x, rstd, weight, convention)
 
     @staticmethod
     def backward(ctx, dy):
@@ -465,11 +449,10 @@ def sharded_layer_norm(x_local, weight_local, bias_local, eps=1e-5, group=None, 
 
     def local_checks():
         _check_stats(stats)
+        _check_not_empty_shard(x_local)
         check_input(x_local, "x_local")
         check_param(weight_local, x_local, "weight_local")
         check_param(bias_local, x_local, "bias_local")
-        if x_local.shape[-1] == 0:
-            raise ValueError("x_local is an empty shard (its last dimension has size 0)")
         return check_eps(eps)
 
     eps = _validated(fn, "sharded", group, check_shapes, x_local, (weight_local, bias_local), eps, options,

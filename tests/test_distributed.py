@@ -79,7 +79,7 @@ def _expected_rms(name, p):
 # ------------------------------------------------------------------------------------- RMSNorm, tp
 
 @pytest.mark.guards("rms.forward", "rms.vjp_x", "rms.vjp_weight", "snippet:distributed.sharded_rms",
-                    "snippet:distributed.rms_gain", "snippet:distributed.reduce")
+                    "snippet:conventions.conventions_forward", "snippet:distributed.reduce")
 @pytest.mark.parametrize("name", TP_RMS)
 @pytest.mark.parametrize("p", WORLDS)
 def test_sharded_rms_norm_forward_and_gradients_match_the_oracle(job, p, name):
@@ -97,7 +97,7 @@ def test_sharded_rms_norm_forward_and_gradients_match_the_oracle(job, p, name):
         assert all(r["cases"][name]["dw"] is None for r in ranks)
 
 
-@pytest.mark.guards("snippet:distributed.rms_gain")
+@pytest.mark.guards("snippet:conventions.conventions_forward")
 def test_one_rank_group_gives_the_single_device_bits(job):
     """With all columns on one rank the sharded and the sequence-parallel RMSNorm are the single-device
     convention bit for bit (forward, dx, dweight), for every casting order and dtype pairing: the casting
@@ -283,7 +283,7 @@ def test_deterministic_mode_is_a_rank_order_float32_sum(job, p, name):
         m = _ordered_sum([(g * xhat).sum(-1) for xhat, _, g in parts]).reshape(rstd.shape) / d
         for k, ((xk, wk, _, _), (xhat, dyf, g)) in enumerate(zip(local, parts)):
             got = ranks[k]["cases"][name]
-            assert torch.equal(got["y"], D._rms_apply_gain(xk, xk.float(), rstd, wk, conv)), f"rank {k}: y"
+            assert torch.equal(got["y"], C.apply_gain(xk, rstd, wk, conv)), f"rank {k}: y"
             assert torch.equal(got["dx"], (rstd * (g - xhat * m)).to(xk.dtype)), f"rank {k}: dx"
     elif layout == "tp":
         xs = [t[0].float() for t in local]
