@@ -3,7 +3,7 @@
 The core reference (:mod:`reference_impl.reference`) computes in float32, applies the gain in float32 and
 rounds once at the end. Model code does not all do that: the order of the casts decides which bits come
 out in bfloat16 and float16. Each convention here replays one family's order of operations exactly, so its
-forward output is bit-identical (``torch.equal``) to the installed module (tests/test_transformers_parity.py).
+forward output is bit-identical (``torch.equal``) to the installed module (tests/core/test_transformers_parity.py).
 
 RMSNorm conventions (``rms_norm(..., convention=...)``); ``h = xf * rsqrt(mean(xf**2) + eps)``:
 

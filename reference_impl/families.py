@@ -1,6 +1,6 @@
 """Which model family uses which norm, as the installed ``transformers`` package defines it.
 
-Each row is checked by tests/test_transformers_parity.py against the installed source and config classes,
+Each row is checked by tests/core/test_transformers_parity.py against the installed source and config classes,
 and the numerics study writes the config defaults into docs/data/numerics.json.
 """
 from __future__ import annotations

@@ -447,7 +447,7 @@ def registry() -> dict[str, Formula]:
                              {}, "count"))
 
     # equivalence of Pre-LN and Pre-RMSNorm models, gain folding, rotation (reference_impl/equivalence.py,
-    # page training.md; tests/test_equivalence.py)
+    # page training.md; tests/core/test_equivalence.py)
     W_, b_ = IndexedBase("W", real=True), IndexedBase("b", real=True)
     Q_ = sp.Symbol("Q", commutative=False)
     F.append(Formula("equiv.centre_weight", "Centring a writer of the residual stream: its weight", IndexedBase(r"\tilde{W}")[i, m],
@@ -468,10 +468,10 @@ def registry() -> dict[str, Formula]:
     F.append(Formula("equiv.rotation", "RMSNorm (unit gain) commutes with an orthogonal Q (row vectors)",
                      RMSNorm(x * Q_, eps), RMSNorm(x, eps) * Q_, RMS_DEFS, "claim",
                      note="computational invariance, arXiv:2401.15024 (SliceGPT) and arXiv:2404.00456 (QuaRot); "
-                          "judged by tests/test_equivalence.py"))
+                          "judged by tests/core/test_equivalence.py"))
 
     # the backward by hand (docs/gradients.md): every step of the chain rule, each proven equal to what
-    # sympy.diff gives for the same quantity (tests/test_symbolic.py, tests/test_derivation_steps.py).
+    # sympy.diff gives for the same quantity (tests/core/test_symbolic.py, tests/core/test_derivation_steps.py).
     # Sums are built unevaluated and printed in the order written (order="none"), as one would write them.
     A = lambda *terms: sp.Add(*terms, evaluate=False)                        # noqa: E731
     d_dxm = lambda name: rf"\frac{{\partial {name}}}{{\partial x_{{m}}}}"    # noqa: E731
@@ -505,7 +505,7 @@ def registry() -> dict[str, Formula]:
     # Bytes each rank sends per row for one forward and one backward, counted from the float32 partials the
     # code exchanges, under ring algorithms: an all-reduce of N bytes sends 2(p-1)/p N per rank, an
     # all-gather whose result has N bytes sends (p-1)/p N. Checked against the bytes handed to the
-    # collectives (tests/test_distributed.py); p is the number of ranks of the group.
+    # collectives (tests/core/test_distributed.py); p is the number of ranks of the group.
     p_ = sp.Symbol("p", integer=True, positive=True)
     ring_ar, ring_ag, f32 = 2 * (p_ - 1) / p_, (p_ - 1) / p_, 4
     for fid, title, name, expr in (
@@ -529,7 +529,7 @@ def registry() -> dict[str, Formula]:
     ):
         F.append(Formula(fid, title, rf"\text{{bytes per step}}_{{\text{{{name}}}}}", sp.factor(ring_ar * n_grads * f32 * d),
                          {}, "count"))
-    # merging two shards' statistics (Chan, Golub & LeVeque 1979), quoted; tests/test_distributed.py proves it
+    # merging two shards' statistics (Chan, Golub & LeVeque 1979), quoted; tests/core/test_distributed.py proves it
     n_a, n_b = sp.symbols("n_a n_b", integer=True, positive=True)
     F.append(Formula("dist.chan_merge", "Sum of squared deviations of two merged shards (Chan et al.)", "M_{2}",
                      sp.Symbol("M_{2,a}") + sp.Symbol("M_{2,b}") + sp.Symbol("delta") ** 2 * n_a * n_b / (n_a + n_b),
@@ -539,7 +539,7 @@ def registry() -> dict[str, Formula]:
     F.append(Formula("claim.c12", "The article's RMSNorm gradient, as quoted", xbar_i,
                      gamma[i] * r * (dy[i] - (gamma[i] * xhat[i]) / d
                                      * sum_over(gamma[j] * xhat[j] * dy[j])), RMS_DEFS, "claim",
-                     note="y_i read as the layer output gamma_i * xhat_i; see tests/test_symbolic.py"))
+                     note="y_i read as the layer output gamma_i * xhat_i; see tests/core/test_symbolic.py"))
     return {f.id: f for f in F}
 
 

@@ -308,7 +308,7 @@ def ln_family_backward_bounds(dy, x, weight, bias, eps, extra_low=0, w_low_rows=
     rounds more than the core's float32 backward does.
 
     :func:`ln_backward_bounds` covers a float32 computation. torch's CPU
-    ``layer_norm`` backward for float16/bfloat16 input lands outside it (tests/test_transformers_parity.py),
+    ``layer_norm`` backward for float16/bfloat16 input lands outside it (tests/core/test_transformers_parity.py),
     as it would if intermediates were rounded to the input dtype. Each such rounding on g = dy * w or on
     xhat perturbs them by u_o relative and adds u_o times dx's envelope
     ``r (|g_i| + mean|g| + |xhat_i| mean|g xhat|)``; ``extra_low`` counts them. ``w_low_rows`` charges the

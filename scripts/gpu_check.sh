@@ -3,7 +3,7 @@
 #   0. install Liger-Kernel from the carried wheel (.whl/liger_kernel-*.whl; pure Python, no network),
 #   1. build the CUDA library (cuda/gpu, sm_90) and the CPU library it extends,
 #   2. run the tests marked gpu (the CUDA kernels, the op contract on CUDA, the rsqrt sweep test),
-#   3. run the Triton tests on the GPU (tests/test_triton.py -m gpu: the compiled Triton kernels),
+#   3. run the Triton tests on the GPU (tests/ops/test_triton.py -m gpu: the compiled Triton kernels),
 #   R. meanwhile, in the background: the rsqrt GPU sweep (reference_impl.studies.rsqrt --gpu), an error
 #      sweep that times nothing, so it may share the GPU with the tests,
 #   4. alone on the GPU once the others are done: the benchmark (reference_impl.studies.bench_gpu) ->
@@ -83,10 +83,10 @@ MARK=$(mktemp)
 XDIST=""
 "$PY" -c 'import xdist' 2>/dev/null && XDIST="-n 4"
 step cuda-tests 95 "$LOG" "$PY" -m pytest -q -p no:cacheprovider -m gpu $XDIST tests \
-  --ignore=tests/site --ignore=tests/test_triton.py
+  --ignore=tests/site --ignore=tests/ops/test_triton.py
 grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed|skipped|error)" "$LOG" | tail -4 >>"$SUMMARY"
 # Each Triton specialization compiles on first use: xdist spreads the compiles over the processes.
-step triton-tests 75 "$LOG" "$PY" -m pytest -q -p no:cacheprovider -m gpu $XDIST tests/test_triton.py
+step triton-tests 75 "$LOG" "$PY" -m pytest -q -p no:cacheprovider -m gpu $XDIST tests/ops/test_triton.py
 grep -E "^(FAILED|ERROR)|[0-9]+ (passed|failed|skipped|error)" "$LOG" | tail -4 >>"$SUMMARY"
 if [ -n "$(find build/test-results.json -newer "$MARK" 2>/dev/null)" ]; then
   cp build/test-results.json "$OUT/gpu_test_results.json"

@@ -4,7 +4,7 @@ Rows of RMSNorm families (and GPT-NeoX, Cohere) take the norm class and casting 
 ``docs/data/numerics.json`` (read from the installed transformers by the numerics study); every row takes
 its checkpoints and their eps from ``reference_impl/checkpoints.yaml``, each linked to the checkpoint's
 ``config.json`` on the Hugging Face Hub. The LayerNorm families of that file are checked against the
-installed source by ``tests/test_checkpoints.py``.
+installed source by ``tests/core/test_checkpoints.py``.
 """
 from __future__ import annotations
 

@@ -62,11 +62,11 @@ def pytest_collection_modifyitems(session, config, items):
 
 # test files -> the native libraries (loader names in reference_impl.ops.build) their tests need
 _NATIVE_NEEDS = {
-    "tests/test_cuda_build.py": ("load_cuda_library", "load_emulation_library"),
-    "tests/test_cuda_kernels.py": ("load_cuda_library",),
+    "tests/ops/test_cuda_build.py": ("load_cuda_library", "load_emulation_library"),
+    "tests/ops/test_cuda_kernels.py": ("load_cuda_library",),
     "tests/ops/test_contract_emulation.py": ("load_emulation_library",),
     "tests/ops/test_contract_cuda.py": ("load_cuda_library",),
-    "tests/test_rsqrt.py": ("load_rsqrt_cpu",),
+    "tests/ops/test_rsqrt.py": ("load_rsqrt_cpu",),
 }
 
 

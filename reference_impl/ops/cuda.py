@@ -8,7 +8,7 @@ with the row in registers; version 5, the fused residual add, is ``rms_norm_fwd`
 
 The library is compiled for Hopper only (``sm_90`` machine code plus ``compute_90`` PTX) with
 ``torch.utils.cpp_extension`` into ``build/native/normlab_cuda``; compiling needs nvcc but no GPU, and
-``make test`` compiles it on every run (``tests/test_cuda_build.py``). Nothing is built at import time.
+``make test`` compiles it on every run (``tests/ops/test_cuda_build.py``). Nothing is built at import time.
 """
 from __future__ import annotations
 

@@ -62,8 +62,8 @@ OUT = DATA / "bench_cpu.json"
 PLOTS = DATA / "plots"
 COMMAND = "python -m reference_impl.studies.bench"
 # what changes the numbers: the CPU kernels and op schemas (comments stripped), this command and its imports
-SOURCES = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "cuda" / "cpu").glob("*")
-                 if p.suffix in (".cpp", ".h")) + ["cuda/ops.cpp"] + python_closure("reference_impl/studies/bench.py")
+SOURCES = (sorted(p.relative_to(REPO).as_posix() for p in (REPO / "cuda" / "cpu").glob("*") if p.suffix in (".cpp", ".h"))
+           + ["cuda/op_checks.h", "cuda/ops.cpp", "cuda/ops.h"] + python_closure("reference_impl/studies/bench.py"))
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 SHAPES = [(4096, 1024), (4096, 4096), (4096, 8192), (16384, 4096)]

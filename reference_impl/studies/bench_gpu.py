@@ -368,7 +368,7 @@ def sources() -> list[str]:
     from . import cuda_resources as cuda_build_report
 
     kernels = [s for s in cuda_build_report.sources() if s.startswith("cuda/")]
-    return kernels + ["cuda/ops.cpp"] + python_closure("reference_impl/studies/bench_gpu.py")
+    return kernels + ["cuda/op_checks.h", "cuda/ops.cpp", "cuda/ops.h"] + python_closure("reference_impl/studies/bench_gpu.py")
 
 
 def plan(shapes, dtypes) -> list[tuple]:

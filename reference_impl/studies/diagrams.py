@@ -4,7 +4,7 @@
 palette) and ``<name>-dark.svg`` (for Material's slate palette) for every diagram below; pages embed the pair
 with Material's ``#only-light`` / ``#only-dark`` fragments (``--markdown`` prints the lines to paste).
 Every number drawn (coordinates, a Newton step, byte counts, a float32 sum) is computed here, and the
-output is deterministic, so ``tests/test_diagrams.py`` can demand that regenerating reproduces the committed
+output is deterministic, so ``tests/studies/test_diagrams.py`` can demand that regenerating reproduces the committed
 files byte for byte.
 
 Legibility rules the generator enforces on itself (and the tests check again): text is at least

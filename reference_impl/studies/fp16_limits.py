@@ -4,7 +4,7 @@
 the largest float16 whose square is finite in float16, the smallest whose square is Inf, and the same two
 edges for underflow to zero. A product of two float16 values is exact in float32 (11 + 11 significant bits),
 so rounding it once to float16 gives the correctly rounded float16 product that float16 arithmetic returns.
-``tests/test_fp16_limits.py`` checks the edges with exact rational arithmetic.
+``tests/studies/test_fp16_limits.py`` checks the edges with exact rational arithmetic.
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ Writes ``docs/data/numerics.json`` and SVG plots under ``docs/data/plots/`` in o
 Every number on the Numerics page comes from this file; its ``provenance`` block
 (:mod:`reference_impl.provenance`) records the machine, versions, date and a hash of the sources that produced
 it. The quantities are deterministic (fixed seeds) up to the last bits of float32 reductions, whose order can
-depend on the CPU's vector width; ``tests/test_data_files.py`` re-runs the study and compares.
+depend on the CPU's vector width; ``tests/studies/test_data_files.py`` re-runs the study and compares.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "docs" / "data" / "numerics.json"
 PLOTS = REPO / "docs" / "data" / "plots"
 COMMAND = "python -m reference_impl.studies.numerics"
-# the sources whose change invalidates the data file (tests/test_data_files.py checks the hash)
+# the sources whose change invalidates the data file (tests/studies/test_data_files.py checks the hash)
 SOURCES = python_closure("reference_impl/studies/numerics.py")
 HALF = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 

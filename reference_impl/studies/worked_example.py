@@ -3,7 +3,7 @@
 ``python -m reference_impl.studies.worked_example`` writes ``docs/data/worked_example.json`` (a second, no
 timing involved): every intermediate value of RMSNorm and LayerNorm on the row ``X`` with gain 1 and bias 0,
 as exact fractions (Python's :mod:`fractions`, so the hand arithmetic on the page is exact) and as floats,
-plus what ``eps = 1e-6`` changes. ``tests/test_worked_example.py`` checks the file against :func:`compute`,
+plus what ``eps = 1e-6`` changes. ``tests/studies/test_worked_example.py`` checks the file against :func:`compute`,
 and :func:`compute` against the SymPy registry, the float64 oracle and the PyTorch reference.
 """
 from __future__ import annotations

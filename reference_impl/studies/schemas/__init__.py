@@ -2,7 +2,7 @@
 
 Every ``docs/data/<name>.json`` has ``<name>.schema.json`` here (JSON Schema 2020-12); the shared
 ``provenance.schema.json`` describes the block every study writes (:mod:`reference_impl.provenance`).
-The site build (``site_hooks/data.py``) and the tests (``tests/test_data_files.py``) both call
+The site build (``site_hooks/data.py``) and the tests (``tests/studies/test_data_files.py``) both call
 :func:`check_file`, so a corrupt, truncated or ill-typed file fails with its path named.
 """
 from __future__ import annotations

@@ -24,7 +24,7 @@ import pytest
 from reference_impl import provenance as pv
 from reference_impl.studies import schemas
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "docs" / "data"
 FILES = schemas.data_files(DATA)
 U32 = 2.0**-24

@@ -13,7 +13,7 @@ from reference_impl.provenance import source_hash
 from reference_impl.studies import numerics as ns
 from reference_impl import tolerances as tol
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DATA = json.loads((REPO / "docs" / "data" / "numerics.json").read_text())
 pytestmark = pytest.mark.guards("data:numerics.json")
 

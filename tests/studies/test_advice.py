@@ -18,7 +18,7 @@ from reference_impl.provenance import source_hash
 from reference_impl.studies import advice
 from reference_impl import tolerances as tol
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "docs" / "data" / "advice.json"
 FP16 = torch.finfo(torch.float16)
 

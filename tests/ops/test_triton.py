@@ -32,7 +32,7 @@ from reference_impl import conventions as conv
 from reference_impl import oracle
 from reference_impl import tolerances as tol
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 EPS = 1e-6
 LN_EPS = 1e-5
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]

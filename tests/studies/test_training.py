@@ -19,7 +19,7 @@ from reference_impl.provenance import is_current
 from reference_impl.studies import training as T
 from reference_impl.tiny_lm import TinyLM, TinyLMConfig, without_norms
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "docs" / "data"
 
 

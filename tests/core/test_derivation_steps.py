@@ -1,6 +1,6 @@
 """The hand derivation of the backward (docs/gradients.md), step by step, at explicit sizes.
 
-tests/test_symbolic.py proves every step equal to ``sympy.diff`` for a symbolic hidden size d. Here each
+tests/core/test_symbolic.py proves every step equal to ``sympy.diff`` for a symbolic hidden size d. Here each
 step is checked again without the sum rules of ``symbolic.normalize``: for d = 1..4 the step's formula,
 with every sum written out, must equal the derivative of the explicit components; and a deliberately
 wrong step (a sign flipped, LayerNorm's mean term dropped) must fail the same check, so the check can fail.

@@ -13,7 +13,7 @@ import yaml
 
 from reference_impl.families import FAMILIES
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 LIST = yaml.safe_load((REPO / "reference_impl" / "checkpoints.yaml").read_text())
 pytestmark = pytest.mark.guards("adoption.checkpoints")
 REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")

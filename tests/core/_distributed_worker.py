@@ -1,4 +1,4 @@
-"""What every rank runs for tests/test_distributed.py: one job per world size runs every case and saves its
+"""What every rank runs for tests/core/test_distributed.py: one job per world size runs every case and saves its
 outputs (``rank<k>.pt``); the test module compares them with the float64 oracle in the parent process.
 
 Inputs are drawn from seeded generators in float64 and cast, so the parent rebuilds the full tensors bit for

@@ -318,7 +318,7 @@ def test_register_paths_cover_every_column_exactly_once():
 # threads with real barriers, warp shuffles follow the CUDA rules (a wrong mask aborts, a missing lane
 # yields NaN), and every output starts as NaN, so an element a kernel forgets to write fails the
 # comparison. tests/ops/test_contract_emulation.py runs the op contract on it; the GPU module
-# (tests/test_cuda_kernels.py) repeats these checks on a device, where the memory model, scheduling and
+# (tests/ops/test_cuda_kernels.py) repeats these checks on a device, where the memory model, scheduling and
 # nvcc's code generation are the real ones.
 
 import ctypes  # noqa: E402

@@ -63,9 +63,9 @@ STEPS = ["rms.bwd_step1", "rms.bwd_step2", "rms.bwd_step3", "rms.bwd_step4", "ln
 
 
 # identities proven in the module of the layer that uses them
-REPO = Path(__file__).resolve().parent.parent
-PROVED_ELSEWHERE = {"equiv.ms_split": "tests/test_equivalence.py", "equiv.rms_split": "tests/test_equivalence.py",
-                    "equiv.rms_mean": "tests/test_equivalence.py"}
+REPO = Path(__file__).resolve().parents[2]
+PROVED_ELSEWHERE = {"equiv.ms_split": "tests/core/test_equivalence.py", "equiv.rms_split": "tests/core/test_equivalence.py",
+                    "equiv.rms_mean": "tests/core/test_equivalence.py"}
 
 
 def test_every_proof_obligation_is_listed():
@@ -89,7 +89,7 @@ def test_closed_form_equals_sympy_derivation_for_general_d(fid):
 @pytest.mark.parametrize("fid", STEPS)
 def test_each_step_of_the_hand_derivation_equals_sympy(fid):
     """Each step of the backward derived by hand equals sympy.diff of the same quantity, for symbolic d
-    (tests/test_derivation_steps.py checks them again at explicit sizes)."""
+    (tests/core/test_derivation_steps.py checks them again at explicit sizes)."""
     assert REG[fid].holds()
 
 

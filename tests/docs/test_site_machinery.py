@@ -10,7 +10,7 @@ import pytest
 
 from site_hooks import data, guards, macros  # noqa: F401  (importing registers the macros)
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.guards("site.machinery")
 
 
@@ -63,12 +63,12 @@ def test_outcome_aggregates_parametrizations(monkeypatch, outcomes, status):
 
 def test_scanner_finds_marks_on_functions_classes_and_modules():
     by_id, all_tests = guards.scan_tests()
-    assert "tests/test_site_machinery.py::test_scanner_finds_marks_on_functions_classes_and_modules" in all_tests
+    assert "tests/docs/test_site_machinery.py::test_scanner_finds_marks_on_functions_classes_and_modules" in all_tests
     # module-level pytestmark reaches every test of this file
-    assert "tests/test_site_machinery.py::test_full_run_replaces_and_partial_run_merges" in by_id["site.machinery"]
-    assert "tests/test_advice.py::test_torch_grad_scaler_is_dynamic_not_fixed" in by_id["C19"]
-    assert guards.test_exists("tests/test_ledger.py::test_every_ledger_entry_is_well_formed")
-    assert not guards.test_exists("tests/test_ledger.py::test_that_is_not_there")
+    assert "tests/docs/test_site_machinery.py::test_full_run_replaces_and_partial_run_merges" in by_id["site.machinery"]
+    assert "tests/studies/test_advice.py::test_torch_grad_scaler_is_dynamic_not_fixed" in by_id["C19"]
+    assert guards.test_exists("tests/docs/test_ledger.py::test_every_ledger_entry_is_well_formed")
+    assert not guards.test_exists("tests/docs/test_ledger.py::test_that_is_not_there")
 
 
 def test_macros_expand_escape_and_fail_loudly():
@@ -80,7 +80,7 @@ def test_macros_expand_escape_and_fail_loudly():
     with pytest.raises(macros.MacroError, match="no test is marked"):
         macros.expand('{{ guards("no.such.guard.id") }}', ctx)
     with pytest.raises(macros.MacroError, match="does not exist"):
-        macros.expand('{{ test("tests/test_ledger.py::test_missing") }}', ctx)
+        macros.expand('{{ test("tests/docs/test_ledger.py::test_missing") }}', ctx)
     with pytest.raises(macros.MacroError, match="cannot parse"):
         macros.expand('{{ data("a.json", ) ) }}', ctx)
 

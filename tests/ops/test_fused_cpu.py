@@ -22,7 +22,7 @@ from reference_impl.ops import library as fused
 from reference_impl import tolerances as tol
 from reference_impl.ops.build import NativeBuildError, load_cpu_library
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 # hidden sizes 1..16384, odd ones and vector-width remainders included; 1-D to 4-D
 SHAPES = [(1,), (7,), (3, 1), (4, 33), (2, 3, 127), (2, 2, 3, 256), (5, 1000), (2, 4097), (2, 16383), (1, 16384)]
@@ -489,7 +489,7 @@ def test_block_used_for_the_norm_share_runs_each_norm():
 @pytest.mark.guards("C04", "C05", "C38", "fused.bench_data")
 def test_committed_benchmark_data_is_well_formed():
     """The committed file matches its schema; its operation counts are the closed forms (the rest of its
-    checks, physical plausibility and labels re-derived from the timings, are in tests/test_data_files.py)."""
+    checks, physical plausibility and labels re-derived from the timings, are in tests/studies/test_data_files.py)."""
     from reference_impl.studies import schemas
 
     data = schemas.check_file(REPO / "docs" / "data" / "bench_cpu.json")

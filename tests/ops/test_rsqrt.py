@@ -21,7 +21,7 @@ import torch
 
 from reference_impl.ops import rsqrt as R
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 U = 2.0**-24  # float32 unit roundoff
 DATA = REPO / "docs" / "data" / "rsqrt_cpu.json"
 SEEDS = {"sse_rsqrt": R.RSQRTPS_REL_BOUND, "avx_rsqrt": R.RSQRTPS_REL_BOUND, "avx512_rsqrt14": R.RSQRT14_REL_BOUND}

@@ -20,7 +20,7 @@ import torch
 
 from reference_impl.ops import rsqrt as R
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "cuda" / "rsqrt"
 CUDA_HOME = Path(os.environ.get("CUDA_HOME") or "/usr/local/cuda")
 NVCC = CUDA_HOME / "bin" / "nvcc"

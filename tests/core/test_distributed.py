@@ -1,6 +1,6 @@
 """Tensor- and sequence-parallel norms (reference_impl/distributed.py) on real gloo process groups.
 
-One job per world size (2 and 4 CPU ranks, tests/_distributed_worker.py) runs every case once and saves what
+One job per world size (2 and 4 CPU ranks, tests/core/_distributed_worker.py) runs every case once and saves what
 each rank computed; the tests below assemble the ranks' slices in this process and compare them with the
 float64 oracle under the tolerance policy, with the single-device code bit for bit where the math is the
 same, with a fixed-order simulation for the deterministic mode, and the bytes sent with the registry.
@@ -26,7 +26,7 @@ from reference_impl.studies import distributed_bench as B
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _distributed_worker as W  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 WORLDS = (2, 4)
 TP_RMS = [n for n, c in W.CASES.items() if c[:2] == ("rms", "tp")]
 TP_LN = [n for n, c in W.CASES.items() if c[:2] == ("ln", "tp")]

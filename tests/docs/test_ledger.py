@@ -14,7 +14,7 @@ import yaml
 
 from site_hooks import guards, ledger
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 IDS = [f"C{n:02d}" for n in range(1, 49)]
 OWNERS = {"symbolic", "conventions", "rsqrt", "cpu", "cuda", "advice", "practice", "training"}
 
@@ -93,7 +93,7 @@ GOOD = {"id": "C01", "verdict": "verified", "claim": "a paraphrase of the claim"
     ({"verdict": "true"}, "verdict must be one of"),
     ({"verdict": "unverifiable"}, "verdict must be one of"),
     ({"evidence": []}, "non-empty list"),
-    ({"evidence": [{"test": "tests/test_reference.py::test_that_does_not_exist"}]}, "does not exist"),
+    ({"evidence": [{"test": "tests/core/test_reference.py::test_that_does_not_exist"}]}, "does not exist"),
     ({"evidence": [{"test": "tests/nowhere.py::test_x"}]}, "does not exist"),
     ({"evidence": [{"data": "no_such_file.json"}]}, "does not exist"),
     ({"evidence": [{"data": "../../README.md"}]}, "does not exist"),
@@ -118,7 +118,7 @@ def test_schema_rejects(change, message):
 def test_schema_accepts_and_checks_owner():
     guards.clear_caches()
     assert ledger.check_entry(GOOD, KNOWN, "conventions") == []
-    assert ledger.check_entry(dict(GOOD, evidence=[{"test": "tests/test_ledger.py::test_schema_accepts_and_checks_owner"}]),
+    assert ledger.check_entry(dict(GOOD, evidence=[{"test": "tests/docs/test_ledger.py::test_schema_accepts_and_checks_owner"}]),
                               KNOWN, "conventions") == []
     missing = dict(GOOD)
     del missing["evidence"]

@@ -32,7 +32,7 @@ from reference_impl import tolerances as tol
 from reference_impl.conventions import effective_gain
 from reference_impl.ops import fused_layer_norm, fused_rms_norm
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 ISAS = ["scalar", "avx2", "avx512", "avx512bf16"]  # a request above what the CPU has falls back
 # row lengths around the vector widths (8 and 16 float lanes, 2 vectors per store step, 4 accumulators)
