@@ -15,7 +15,7 @@ import torch
 
 from reference_impl.ops import fused_layer_norm, fused_rms_norm
 
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")])]
 EPS_RMS, EPS_LN = 1e-6, 1e-5
 
 
