@@ -151,7 +151,7 @@ def _write(name: str, entries: dict, meta: dict, full: bool) -> None:
         rerun = {_function_id(n) for n in entries}
         tests = {n: e for n, e in old.get("tests", {}).items() if _function_id(n) not in rerun}
         tests.update(entries)
-        payload = dict(old, tests=dict(sorted(tests.items())), setup=meta["setup"])
+        payload = dict(old, tests=dict(sorted(tests.items())), setup=meta.get("setup", old.get("setup", {})))
         payload.setdefault("partial_runs", []).append(
             {k: meta[k] for k in ("date", "commit", "markexpr", "exitstatus")} | {"tests": len(entries)})
         if int(meta["exitstatus"]) not in (0, 5):
