@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import http.server
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -13,6 +14,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SITE = REPO / "site"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 
 
 def build_site(site_dir: Path = SITE) -> None:
@@ -61,3 +63,32 @@ def site_url(site_dir):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def _missing(what: str):
+    msg = (f"{what} is missing, so the browser tests cannot run. Install Debian's Chromium with "
+           "`sudo apt-get install chromium` (and the pinned Python packages with `make setup`); "
+           "set CHROMIUM to use another Chromium binary.")
+    if os.environ.get("CI") == "true":
+        pytest.fail(msg + " Under CI=true this is a failure, not a skip.")
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _missing("Playwright for Python")
+    exe = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(exe).is_file():
+        _missing(f"Chromium ({exe})")
+    pw = sync_playwright().start()
+    try:
+        b = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
+    except Exception as exc:  # noqa: BLE001 - report why the browser did not start
+        pw.stop()
+        _missing(f"a working Chromium ({exe}: {exc})")
+    yield b
+    b.close()
+    pw.stop()

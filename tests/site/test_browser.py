@@ -15,9 +15,7 @@ Without Chromium or Playwright these tests are skipped with a note on how to ins
 """
 from __future__ import annotations
 
-import os
 import re
-import shutil
 from functools import lru_cache
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -29,7 +27,6 @@ REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 SHOTS = REPO / "build" / "screenshots"
 pytestmark = [pytest.mark.site, pytest.mark.guards("site.browser")]
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 # a LaTeX command or delimiter left in the visible text means MathJax did not render it
 RAW_TEX = re.compile(r"\\[()\[\]]|\$\$|\\(?:frac|sqrt|sum|prod|mathrm|mathbf|operatorname|text|begin|end|left|right"
                      r"|cdot|gamma|epsilon|varepsilon|partial|hat|bar|odot|top|le|ge|approx|quad)\b")
@@ -65,35 +62,6 @@ def _pages() -> list[str]:
 
 
 PAGES = _pages()
-
-
-def _missing(what: str):
-    msg = (f"{what} is missing, so the browser tests cannot run. Install Debian's Chromium with "
-           "`sudo apt-get install chromium` (and the pinned Python packages with `make setup`); "
-           "set CHROMIUM to use another Chromium binary.")
-    if os.environ.get("CI") == "true":
-        pytest.fail(msg + " Under CI=true this is a failure, not a skip.")
-    pytest.skip(msg)
-
-
-@pytest.fixture(scope="session")
-def browser():
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _missing("Playwright for Python")
-    exe = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(exe).is_file():
-        _missing(f"Chromium ({exe})")
-    pw = sync_playwright().start()
-    try:
-        b = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
-    except Exception as exc:  # noqa: BLE001 - report why the browser did not start
-        pw.stop()
-        _missing(f"a working Chromium ({exe}: {exc})")
-    yield b
-    b.close()
-    pw.stop()
 
 
 class Watcher:

@@ -8,10 +8,6 @@ Without Chromium the tests are skipped locally and fail under ``CI=true`` (as in
 """
 from __future__ import annotations
 
-import gc
-import os
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,63 +16,17 @@ from reference_impl import oracle
 from reference_impl.studies import diagrams as D
 
 pytestmark = [pytest.mark.site, pytest.mark.guards("widget.numbers")]
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 PAGE = "playground/"
 SHOWN = 0.5e-4 + 1e-12      # the widget shows 4 decimals
 
 
-def _missing(what: str):
-    msg = (f"{what} is missing, so the widget tests cannot run. Install Debian's Chromium with "
-           "`sudo apt-get install chromium` (and the pinned Python packages with `make setup`).")
-    if os.environ.get("CI") == "true":
-        pytest.fail(msg + " Under CI=true this is a failure, not a skip.")
-    pytest.skip(msg)
-
-
-def _running_browser():
-    """The Chromium that another site module's session fixture (test_browser.py's ``browser``) already
-    started, if any: two sync Playwright instances cannot run in one thread, so this module reuses it."""
-    try:
-        from playwright.sync_api import Browser
-    except ImportError:
-        return None
-    for obj in gc.get_objects():
-        if issubclass(type(obj), Browser) and obj.is_connected():   # type(): no attribute lookups on obj
-            return obj
-    return None
-
-
-@pytest.fixture(scope="module")
-def widget_browser():
-    shared = _running_browser()
-    if shared is not None:
-        yield shared
-        return
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _missing("Playwright for Python")
-    exe = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(exe).is_file():
-        _missing(f"Chromium ({exe})")
-    pw = sync_playwright().start()
-    try:
-        b = pw.chromium.launch(executable_path=exe, headless=True, args=CHROMIUM_ARGS)
-    except Exception as exc:  # noqa: BLE001 - report why the browser did not start
-        pw.stop()
-        _missing(f"a working Chromium ({exe}: {exc})")
-    yield b
-    b.close()
-    pw.stop()
-
-
 @pytest.fixture
-def open_widget(widget_browser, site_url):
+def open_widget(browser, site_url):
     """Opens the playground; returns the page, after checking that the widget built itself."""
     contexts, problems = [], []
 
     def _open(scheme="light", width=1280, height=900, **kw):
-        context = widget_browser.new_context(color_scheme=scheme, viewport={"width": width, "height": height}, **kw)
+        context = browser.new_context(color_scheme=scheme, viewport={"width": width, "height": height}, **kw)
         contexts.append(context)
         page = context.new_page()
         page.on("console", lambda m: problems.append(f"console: {m.text}") if m.type == "error" else None)
