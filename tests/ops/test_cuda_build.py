@@ -327,6 +327,8 @@ from reference_impl import conventions as conv_tol  # noqa: E402
 from reference_impl import oracle  # noqa: E402
 from reference_impl import tolerances as tol  # noqa: E402
 
+from .cases import layer_norm_case  # noqa: E402
+
 CONV = {"llama": 0, "gemma": 1}
 EPS = 1e-6
 
@@ -471,14 +473,8 @@ def test_emulated_layer_norm_matches_oracle(emu, dtype):
     eps = 1e-5
     for i, (shape, pmode) in enumerate([((40, 64), "same"), ((3, 4097), "mixed"), ((2, 1000), "none"),
                                         ((2, 14000), "f32"), ((2, 3, 33), "same")]):
-        g = torch.Generator().manual_seed(60 + i)
-        x = (torch.randn(shape, generator=g, dtype=torch.float64) * 2 + 3).to(dtype)
-        dy = torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+        x, dy, w, b = layer_norm_case(shape, dtype, pmode, seed=60 + i)
         d = shape[-1]
-        wdt = {"none": None, "same": dtype, "f32": torch.float32, "mixed": dtype}[pmode]
-        bdt = {"none": None, "same": dtype, "f32": torch.float32, "mixed": torch.float32}[pmode]
-        w = None if wdt is None else (1 + 0.5 * torch.randn(d, generator=g, dtype=torch.float64)).to(wdt)
-        b = None if bdt is None else (0.3 * torch.randn(d, generator=g, dtype=torch.float64)).to(bdt)
         y, mean, rstd = emu.layer_norm_fwd(x, w, b, eps)
         dx, dw, db = emu.layer_norm_bwd(dy, x, w, mean, rstd)
         ey = oracle.layer_norm_forward(x.double().numpy(), None if w is None else w.double().numpy(),

@@ -14,6 +14,8 @@ from reference_impl import conventions as conv_tol
 from reference_impl import oracle
 from reference_impl import tolerances as tol
 
+from .cases import layer_norm_case
+
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(),
@@ -280,14 +282,8 @@ def test_layer_norm_matches_oracle_and_cpu_op(dtype, pmode):
         pytest.skip("same case as pmode='same' for float32 input")
     eps = 1e-5
     for i, shape in enumerate(SHAPES + [(257, 64)]):
-        g = torch.Generator().manual_seed(1000 + i)
-        x = (torch.randn(shape, generator=g, dtype=torch.float64) * 2 + 3).to(dtype)
-        dy = torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+        x, dy, w, b = layer_norm_case(shape, dtype, pmode, seed=1000 + i)
         d = shape[-1]
-        wdt = {"none": None, "same": dtype, "f32": torch.float32, "mixed": dtype}[pmode]
-        bdt = {"none": None, "same": dtype, "f32": torch.float32, "mixed": torch.float32}[pmode]
-        w = None if wdt is None else (1 + 0.5 * torch.randn(d, generator=g, dtype=torch.float64)).to(wdt)
-        b = None if bdt is None else (0.3 * torch.randn(d, generator=g, dtype=torch.float64)).to(bdt)
         cu = lambda t: None if t is None else t.cuda()  # noqa: E731
         y, mean, rstd = torch.ops.normlab.layer_norm_fwd(x.cuda(), cu(w), cu(b), eps)
         ey = oracle.layer_norm_forward(x.double().numpy(), None if w is None else w.double().numpy(),
