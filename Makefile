@@ -14,11 +14,13 @@ ALLOC_LIBS := /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/lib/x86_64-linux-g
 
 setup: $(STAMP)
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt pyproject.toml site_hooks/node/package-lock.json
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip==26.3
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	# formulas are drawn at build time by MathJax in Node.js (site_hooks/mathsvg.py): pinned in package-lock.json
+	npm ci --silent --no-audit --no-fund --prefix site_hooks/node
 	touch $(STAMP)
 
 serve: $(STAMP)

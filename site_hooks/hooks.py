@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mkdocs.exceptions import PluginError  # noqa: E402
 
-from site_hooks import adoption, data, guards, ledger  # noqa: E402,F401  (importing registers their macros)
+from site_hooks import adoption, data, guards, ledger, mathsvg  # noqa: E402,F401  (importing registers macros)
 from site_hooks.macros import MacroError, PageContext, expand  # noqa: E402
 
 try:  # optional handler modules, added by later work
@@ -33,3 +33,14 @@ def on_page_markdown(markdown, page, config, files):
     except MacroError as exc:
         raise PluginError(str(exc)) from exc
     return out + guards.page_footer(ctx)
+
+
+def on_post_page(output, page, config):
+    try:
+        return mathsvg.render_page(output, page.file.src_path)
+    except mathsvg.MathError as exc:
+        raise PluginError(str(exc)) from exc
+
+
+def on_post_build(config):
+    mathsvg.clear_caches()
