@@ -229,69 +229,63 @@ def neox_kernel(seed: int) -> dict:
 # ------------------------------------------------------------------------------------------ plots
 
 def plots(data: dict, out_dir: Path = PLOTS) -> list[str]:
-    import matplotlib
+    """The three plots of the numerics page, light and dark (see plotstyle)."""
+    from reference_impl.studies import plotstyle
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    acc, ov, ep = data["accumulation"], data["fp16_overflow"], data["eps_placement"]
 
-    plt.rcParams["svg.hashsalt"] = "numerics"  # deterministic ids in the SVG
-    out_dir.mkdir(parents=True, exist_ok=True)
+    def accumulation(theme):
+        fig, axs = plotstyle.figure(5.6)
+        ax = axs[0][0]
+        for label, ys in acc["series"].items():
+            pts = [(s, y) for s, y in zip(acc["sizes"], ys) if y != "inf" and y > 0]
+            if pts:
+                ax.loglog(*zip(*pts), marker="o", ms=3, label=label)
+        for i, (name, ys) in enumerate(acc["bounds"].items()):
+            pts = [(s, y) for s, y in zip(acc["sizes"], ys) if y != "none"]
+            if pts:
+                ax.loglog(*zip(*pts), ls="--", lw=0.8, color=plotstyle.muted(theme),
+                          label="bound, sequential sums" if i == 0 else None)
+        ax.set_xlabel("hidden size d")
+        ax.set_ylabel("max rel. error of sum(x²)")
+        ax.grid(True, which="major", lw=0.3)
+        fig.legend(loc="outside lower center", ncols=1)
+        return fig
+
+    def overflow(theme):
+        fig, axs = plotstyle.figure(3.6)
+        ax = axs[0][0]
+        xs = [r["rms"] for r in ov["rows"]]
+        for key, label in (("max_rel_error_fp16_stats", "float16 statistics"),
+                           ("max_rel_error_fp32_stats", "float32 statistics")):
+            ys = [1.0 if r[key] == "inf" else min(float(r[key]), 1.0) for r in ov["rows"]]
+            ax.loglog(xs, ys, marker="o", label=label)
+        ax.axvline(ov["overflow_threshold"], color=plotstyle.muted(theme), ls="--", lw=0.8)
+        ax.set_xlabel("RMS of the float16 row")
+        ax.set_ylabel("max rel. error (capped at 1)")
+        ax.grid(True, which="major", lw=0.3)
+        fig.legend(loc="outside lower center", ncols=2)
+        return fig
+
+    def eps_placement(theme):
+        fig, axs = plotstyle.figure(3.8)
+        ax = axs[0][0]
+        for eps in sorted({r["eps"] for r in ep["rows"]}):
+            rs = [r for r in ep["rows"] if r["eps"] == eps]
+            line = ax.loglog([r["rms"] for r in rs], [r["closed_form"] for r in rs], label=f"eps = {eps:g}")[0]
+            measured = [(r["rms"], r["relative_gap"]) for r in rs if r["relative_gap"] > 0]
+            ax.loglog(*zip(*measured), ls="none", marker="o", color=line.get_color())
+        ax.plot([], [], ls="none", marker="o", color=plotstyle.muted(theme), label="measured")
+        ax.set_xlabel("RMS of the row")
+        ax.set_ylabel("relative gap")
+        ax.grid(True, which="major", lw=0.3)
+        fig.legend(loc="outside lower center", ncols=2)
+        return fig
+
     written = []
-
-    acc = data["accumulation"]
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    for label, ys in acc["series"].items():
-        pts = [(s, y) for s, y in zip(acc["sizes"], ys) if y != "inf" and y > 0]
-        if pts:
-            ax.loglog(*zip(*pts), marker="o", ms=3, label=label)
-    for i, (name, ys) in enumerate(acc["bounds"].items()):
-        pts = [(s, y) for s, y in zip(acc["sizes"], ys) if y != "none"]
-        if pts:
-            ax.loglog(*zip(*pts), ls="--", lw=0.8, color="grey", label="bound gamma(d) for the sequential sums" if i == 0 else None)
-    ax.set_xlabel("hidden size d (terms in the sum of squares)")
-    ax.set_ylabel("max relative error of sum(x²)")
-    ax.set_title("Accumulating the mean square: precision of the running sum")
-    ax.legend(fontsize=7)
-    ax.grid(True, which="both", lw=0.3)
-    fig.tight_layout()
-    fig.savefig(out_dir / "numerics_accumulation.svg", metadata={"Date": None})
-    plt.close(fig)
-    written.append("numerics_accumulation.svg")
-
-    ov = data["fp16_overflow"]
-    fig, ax = plt.subplots(figsize=(7, 3.8))
-    xs = [r["rms"] for r in ov["rows"]]
-    for key, label in (("max_rel_error_fp16_stats", "statistics in float16"), ("max_rel_error_fp32_stats", "statistics in float32")):
-        ys = [1.0 if r[key] == "inf" else min(float(r[key]), 1.0) for r in ov["rows"]]
-        ax.loglog(xs, ys, marker="o", label=label)
-    ax.axvline(ov["overflow_threshold"], color="grey", ls="--", lw=0.8)
-    ax.set_xlabel("RMS of the float16 input row")
-    ax.set_ylabel("max relative error of the output (capped at 1)")
-    ax.set_title("float16 squares overflow from 256 (255.875² = 65472 is the last finite one)")
-    ax.legend(fontsize=8)
-    ax.grid(True, which="both", lw=0.3)
-    fig.tight_layout()
-    fig.savefig(out_dir / "numerics_fp16_overflow.svg", metadata={"Date": None})
-    plt.close(fig)
-    written.append("numerics_fp16_overflow.svg")
-
-    ep = data["eps_placement"]
-    fig, ax = plt.subplots(figsize=(7, 3.8))
-    for eps in sorted({r["eps"] for r in ep["rows"]}):
-        rs = [r for r in ep["rows"] if r["eps"] == eps]
-        line = ax.loglog([r["rms"] for r in rs], [r["closed_form"] for r in rs], label=f"eps = {eps:g}")[0]
-        measured = [(r["rms"], r["relative_gap"]) for r in rs if r["relative_gap"] > 0]
-        ax.loglog(*zip(*measured), ls="none", marker="o", color=line.get_color())
-    ax.plot([], [], ls="none", marker="o", color="black", label="measured (float32)")
-    ax.set_xlabel("RMS of the input row")
-    ax.set_ylabel("relative gap, eps inside vs outside")
-    ax.set_title("eps inside vs outside the root: closed form (lines), measured (dots)")
-    ax.legend(fontsize=8)
-    ax.grid(True, which="both", lw=0.3)
-    fig.tight_layout()
-    fig.savefig(out_dir / "numerics_eps_placement.svg", metadata={"Date": None})
-    plt.close(fig)
-    written.append("numerics_eps_placement.svg")
+    for draw, name in ((accumulation, "numerics_accumulation"), (overflow, "numerics_fp16_overflow"),
+                       (eps_placement, "numerics_eps_placement")):
+        written += plotstyle.save(draw, name, out_dir)
     return written
 
 

@@ -269,129 +269,124 @@ def R_unit(dtype: torch.dtype) -> float:
 # Plots
 # ---------------------------------------------------------------------------------------------------
 def render_plots(data: dict, outdir: Path) -> list[Path]:
-    import matplotlib
+    """The rsqrt page's plots, light and dark (reference_impl/studies/plotstyle.py). Titles name the figure;
+    the machine and the details are in the page's captions."""
+    from reference_impl.studies import plotstyle
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    outdir.mkdir(parents=True, exist_ok=True)
-    written = []
-    cpu = data["provenance"]["machine"]["cpu"]
     prof = data["profile"]
     lo, hi, nb = int(prof["lo"], 16), int(prof["hi"], 16), prof["nbins"]
     xs = R.bits_to_float(np.linspace(lo, hi, nb, endpoint=False).astype(np.uint32)).astype(np.float64)
 
-    def envelope(ax, names, scale=1.0):
+    def envelope(ax, names, theme, scale=1.0):
         for name in names:
             p = prof["methods"].get(name)
             if p is None:
                 continue
             mn, mx = np.array(p["min"]) / scale, np.array(p["max"]) / scale
-            line = ax.plot(xs, mx, lw=0.8, label=name)[0]
-            ax.plot(xs, mn, lw=0.8, color=line.get_color())
+            line = ax.plot(xs, mx, lw=0.9, label=name)[0]
+            ax.plot(xs, mn, lw=0.9, color=line.get_color())
             ax.fill_between(xs, mn, mx, color=line.get_color(), alpha=0.15)
         ax.set_xscale("log", base=2)
         ax.set_xticks([1, 2, 4], ["1", "2", "4"])
-        ax.axhline(0, color="black", lw=0.5)
+        ax.axhline(0, color=plotstyle.muted(theme), lw=0.5)
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    envelope(axes[0], ["sse_rsqrt", "avx512_rsqrt14"])
-    b = data["documented_bounds"]
-    for v, lab in ((b["rsqrtps"], "RSQRTPS bound"), (b["rsqrt14"], "VRSQRT14PS bound")):
-        axes[0].axhline(v, ls="--", lw=0.8, color="grey")
-        axes[0].axhline(-v, ls="--", lw=0.8, color="grey")
-        axes[0].text(1.02, v, lab, fontsize=7, va="bottom")
-    axes[0].set_title("hardware estimates")
-    envelope(axes[1], ["quake", "lomont", "walczyk"])
-    axes[1].set_title("bit-trick seeds")
-    for ax in axes:
-        ax.set_xlabel("x (two binades: the exponent's parity matters)")
-        ax.set_ylabel("relative error of 1/sqrt(x)")
-        ax.legend(fontsize=7)
-    fig.suptitle(f"Relative error over [1, 4), min/max per slice ({cpu})", fontsize=9)
-    fig.tight_layout()
-    written.append(_save(fig, outdir / "rsqrt_binade.svg"))
+    def binade(theme):
+        fig, axes = plotstyle.figure(7.4, nrows=2)
+        b = data["documented_bounds"]
+        envelope(axes[0][0], ["sse_rsqrt", "avx512_rsqrt14"], theme)
+        for v in (b["rsqrtps"], b["rsqrt14"]):
+            for sign in (1, -1):
+                axes[0][0].axhline(sign * v, ls="--", lw=0.8, color=plotstyle.muted(theme))
+        axes[0][0].set_title("hardware estimates")
+        envelope(axes[1][0], ["quake", "lomont", "walczyk"], theme)
+        axes[1][0].set_title("bit-trick seeds")
+        axes[1][0].set_xlabel("x (two binades)")
+        for ax in (axes[0][0], axes[1][0]):
+            ax.set_ylabel("relative error")
+            ax.legend(loc="upper left", bbox_to_anchor=(0, -0.16) if ax is axes[0][0] else (0, -0.3), ncols=2)
+        return fig
 
-    fig, ax = plt.subplots(figsize=(8, 4))
-    envelope(ax, ["sse_rsqrt_nr1", "sse_rsqrt_nr1_rearranged", "avx512_rsqrt14_nr1_fma", "libm_div_sqrt"],
-             scale=2.0**-24)
-    ax.set_ylabel("relative error / 2^-24")
-    ax.set_xlabel("x")
-    ax.set_title(f"After one Newton step ({cpu})", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    written.append(_save(fig, outdir / "rsqrt_newton.svg"))
+    def newton(theme):
+        fig, axs = plotstyle.figure(4.8)
+        ax = axs[0][0]
+        envelope(ax, ["sse_rsqrt_nr1", "sse_rsqrt_nr1_rearranged", "avx512_rsqrt14_nr1_fma", "libm_div_sqrt"],
+                 theme, scale=2.0**-24)
+        ax.set_ylabel("relative error / 2^-24")
+        ax.set_xlabel("x")
+        fig.legend(loc="outside lower center", ncols=1)
+        return fig
 
-    fig, ax = plt.subplots(figsize=(10, 4.5))
     show = [n for n in ("libm_div_sqrt", "sse_rsqrt", "sse_rsqrt_nr1", "sse_rsqrt_nr2_rearranged", "avx512_rsqrt14",
                         "avx512_rsqrt14_nr1_fma", "quake_nr1", "walczyk_nr1", "walczyk_nr2") if n in data["methods"]
             and data["methods"][n].get("normal")]
-    labels = R.ulp_bin_edges()
-    width = 0.8 / max(1, len(show))
-    for k, name in enumerate(show):
-        h = np.array(data["methods"][name]["normal"]["ulp_hist"], dtype=np.float64)
-        h = h / h.sum()
-        nz = np.flatnonzero(h)
-        ax.bar(nz + k * width, h[nz], width=width, label=name, log=True)
-    used = np.flatnonzero(sum(np.array(data["methods"][n]["normal"]["ulp_hist"]) for n in show))
-    ax.set_xticks(used + 0.4, [labels[i] for i in used], rotation=60, fontsize=7)
-    ax.set_xlabel("distance from the correctly rounded result (float steps)")
-    ax.set_ylabel("share of inputs x >= 2^-125")
-    ax.set_title(f"Distance from the correctly rounded result, all float32 x >= 2^-125 ({cpu})", fontsize=9)
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    written.append(_save(fig, outdir / "rsqrt_ulp_hist.svg"))
+
+    def ulp_hist(theme):
+        fig, axs = plotstyle.figure(7.6)
+        ax = axs[0][0]
+        labels = R.ulp_bin_edges()
+        width = 0.8 / max(1, len(show))
+        for k, name in enumerate(show):
+            h = np.array(data["methods"][name]["normal"]["ulp_hist"], dtype=np.float64)
+            h = h / h.sum()
+            nz = np.flatnonzero(h)
+            ax.bar(nz + k * width, h[nz], width=width, label=name, log=True)
+        used = np.flatnonzero(sum(np.array(data["methods"][n]["normal"]["ulp_hist"]) for n in show))
+        ax.set_xticks(used + 0.4, [labels[i] for i in used], rotation=60)
+        ax.set_xlabel("float steps from the exact result")
+        ax.set_ylabel("share of inputs")
+        fig.legend(loc="outside lower center", ncols=1)
+        return fig
 
     tp = data["throughput"]["methods"]
     names = list(tp)
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    idx = np.arange(len(names))
-    ax.bar(idx - 0.2, [tp[n]["cache_ns"] for n in names], 0.4, label=f"cache-resident ({data['throughput']['cache_n']} floats)")
-    ax.bar(idx + 0.2, [tp[n]["stream_ns"] for n in names], 0.4, label=f"streaming ({data['throughput']['stream_n']} floats)")
-    ax.set_xticks(idx, names, rotation=70, fontsize=7)
-    ax.set_ylabel("ns per element (one thread)")
-    ax.set_title(f"Throughput ({cpu})", fontsize=9)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    written.append(_save(fig, outdir / "rsqrt_throughput.svg"))
+
+    def throughput(theme):
+        fig, axs = plotstyle.figure(0.32 * len(names) + 1.6)
+        ax = axs[0][0]
+        idx = np.arange(len(names))
+        ax.barh(idx - 0.2, [tp[n]["cache_ns"] for n in names], 0.4, label="in cache")
+        ax.barh(idx + 0.2, [tp[n]["stream_ns"] for n in names], 0.4, label="streaming")
+        ax.set_yticks(idx, names)
+        ax.invert_yaxis()
+        ax.set_xlabel("ns per element (one thread)")
+        fig.legend(loc="outside lower center", ncols=2)
+        return fig
+
+    written = []
+    for draw, name in ((binade, "rsqrt_binade"), (newton, "rsqrt_newton"), (ulp_hist, "rsqrt_ulp_hist"),
+                       (throughput, "rsqrt_throughput")):
+        written += [outdir / f for f in plotstyle.save(draw, name, outdir)]
 
     rt = data.get("rmsnorm_time", {})
     if rt.get("available"):
-        # median share with the repetitions' range; hollow markers: not separated from the noise
-        fig, ax = plt.subplots(figsize=(8, 4))
         ds = list(rt["rows"])
-        for where, mark, color in (("cache", "o", "tab:blue"), ("stream", "s", "tab:orange")):
-            xs = [int(d) for d in ds]
-            rows = [rt["rows"][d][where] for d in ds]
-            mid = [100 * r["rsqrt_share"] if r.get("rsqrt_share") is not None
-                   else 50 * (r.get("rsqrt_share_low", 0) + r.get("rsqrt_share_high", 0)) for r in rows]
-            lo = [m - 100 * r.get("rsqrt_share_low", m / 100) for m, r in zip(mid, rows)]
-            hi = [100 * r.get("rsqrt_share_high", m / 100) - m for m, r in zip(mid, rows)]
-            ax.errorbar(xs, mid, yerr=[lo, hi], fmt="none", ecolor=color, capsize=3, lw=0.8)
-            for x, m, r in zip(xs, mid, rows):
-                ok = r.get("rsqrt_share_label", "measured") == "measured"
-                ax.plot([x], [m], mark, color=color, mfc=color if ok else "white")
-            ax.plot([], [], mark, color=color, label=f"{where}: (t_exact - t_none) / t_exact")
-        ax.plot([], [], "o", color="grey", mfc="white", label="hollow: within the noise of the repetitions")
-        ax.axhline(0, color="black", lw=0.6)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("row length d")
-        ax.set_ylabel("share of the row's time spent on rsqrt (%)")
-        reps = rt.get("repetitions", 1)
-        ax.set_title(f"RMSNorm forward row loop, fp32, one thread, {reps} repetitions: median and range ({cpu})",
-                     fontsize=9)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        written.append(_save(fig, outdir / "rsqrt_rmsnorm_share.svg"))
+
+        def share(theme):
+            # median share with the repetitions' range; hollow markers: not separated from the noise
+            fig, axs = plotstyle.figure(4.6)
+            ax = axs[0][0]
+            for where, mark, color in (("cache", "o", plotstyle.CYCLE[0]), ("stream", "s", plotstyle.CYCLE[1])):
+                xs_ = [int(d) for d in ds]
+                rows = [rt["rows"][d][where] for d in ds]
+                mid = [100 * r["rsqrt_share"] if r.get("rsqrt_share") is not None
+                       else 50 * (r.get("rsqrt_share_low", 0) + r.get("rsqrt_share_high", 0)) for r in rows]
+                low = [m - 100 * r.get("rsqrt_share_low", m / 100) for m, r in zip(mid, rows)]
+                high = [100 * r.get("rsqrt_share_high", m / 100) - m for m, r in zip(mid, rows)]
+                ax.errorbar(xs_, mid, yerr=[low, high], fmt="none", ecolor=color, capsize=3, lw=0.8)
+                for x, m, r in zip(xs_, mid, rows):
+                    ok = r.get("rsqrt_share_label", "measured") == "measured"
+                    ax.plot([x], [m], mark, color=color, mfc=color if ok else "none")
+                ax.plot([], [], mark, color=color, label=f"{where}")
+            ax.plot([], [], "o", color=plotstyle.muted(theme), mfc="none", label="hollow: within noise")
+            ax.axhline(0, color=plotstyle.muted(theme), lw=0.6)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("row length d")
+            ax.set_ylabel("rsqrt share of row time (%)")
+            fig.legend(loc="outside lower center", ncols=2)
+            return fig
+
+        written += [outdir / f for f in plotstyle.save(share, "rsqrt_rmsnorm_share", outdir)]
     return written
-
-
-def _save(fig, path: Path) -> Path:
-    import matplotlib.pyplot as plt
-
-    fig.savefig(path, format="svg", metadata={"Date": None})
-    plt.close(fig)
-    return path
 
 
 # ---------------------------------------------------------------------------------------------------
