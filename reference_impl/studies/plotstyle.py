@@ -12,6 +12,7 @@ colours and writes ``name.svg`` and ``name-dark.svg``. Pages show them with Mate
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Callable
 
@@ -72,6 +73,29 @@ def check_legends(fig) -> None:
                                  "place it outside (fig.legend(loc='outside lower center'))")
 
 
+def _plain_log_label(value: float, _pos=None) -> str:
+    """Tick labels of log axes as plain text ("0.01", "1e-5"): matplotlib's default writes 10 with a raised
+    exponent in a smaller font, which would fall below the minimum text size on a phone."""
+    if value <= 0:
+        return ""
+    exp = math.log10(value)
+    if abs(exp - round(exp)) > 1e-9:
+        return f"{value:g}"
+    exp = int(round(exp))
+    return f"{value:g}" if -3 <= exp <= 4 else f"1e{exp}"
+
+
+def plain_log_ticks(fig) -> None:
+    """Every log-scaled axis of the figure gets plain tick labels and no minor labels."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    for ax in fig.axes:
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale == "log":
+                axis.set_major_formatter(FuncFormatter(_plain_log_label))
+                axis.set_minor_formatter(NullFormatter())
+
+
 def save(draw: Callable[[str], "object"], name: str, out_dir: Path) -> list[str]:
     """Calls ``draw(theme)`` (it returns a matplotlib figure) for each theme and writes the SVGs.
 
@@ -91,6 +115,7 @@ def save(draw: Callable[[str], "object"], name: str, out_dir: Path) -> list[str]
                 plt.close(fig)
                 raise ValueError(f"{name}: {w_in} in wide; plots are at most {WIDTH_IN} in so that their text "
                                  f"stays >= {MIN_TEXT_PX} px in a {PHONE_COLUMN_PX}-px column")
+            plain_log_ticks(fig)
             check_legends(fig)
             fname = f"{name}{t['suffix']}.svg"
             fig.savefig(out_dir / fname, metadata={"Date": None})

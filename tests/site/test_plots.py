@@ -30,13 +30,15 @@ def svg_text_sizes(path: Path) -> tuple[float, list[tuple[float, str]]]:
     width = float(view.split()[2]) if view else float(re.match(r"[\d.]+", root.get("width")).group())
     sizes = []
     for el in root.iter(f"{SVG_NS}text"):
-        m = FONT.search(el.get("style", "")) or (re.match(r"[\d.]+", el.get("font-size", "")) and
-                                                 re.match(r"[\d.]+", el.get("font-size")))
-        if m is None:
-            raise AssertionError(f"{path.name}: a <text> without a font size")
-        size = float(m.group(1) if m.re is FONT else m.group())
+        text = "".join(el.itertext()).strip()
         scale = re.search(r"scale\(([\d.]+)", el.get("transform", ""))
-        sizes.append((size * (float(scale.group(1)) if scale else 1.0), "".join(el.itertext()).strip()))
+        factor = float(scale.group(1)) if scale else 1.0
+        # matplotlib writes a label's size on the <text>, or on each <tspan> of a label set in mathtext
+        parts = [el] if FONT.search(el.get("style", "")) else list(el.iter(f"{SVG_NS}tspan"))
+        found = [FONT.search(p.get("style", "")) for p in parts]
+        if not parts or not all(found):
+            raise AssertionError(f"{path.name}: the text {text!r} has no font size")
+        sizes += [(float(m.group(1)) * factor, text) for m in found]
     return width, sizes
 
 

@@ -73,6 +73,7 @@ def _expected(x, c, s, eps) -> dict[str, float]:
     mu = xin.mean()
     out.update({"ln.mean": mu, "ln.var": np.mean((xin - mu) ** 2), "rms.rms": np.sqrt(np.mean(xin**2)),
                 "ln.norm": np.linalg.norm(ln), "rms.norm": np.linalg.norm(rms), "ln.ysum": ln.sum(),
+                "rms.ymean": rms.mean(),
                 "sqrtd": np.sqrt(len(x)),
                 "ln.delta": np.abs(ln - oracle.layer_norm_forward(x, eps=eps)).max(),
                 "rms.delta": np.abs(rms - oracle.rms_norm_forward(x, eps=eps)).max()})
@@ -214,7 +215,7 @@ def test_keyboard(open_widget):
     xs = _inputs(page)
     _check(page, xs, 1.0, 0.0, 0.0)
     page.locator(".norm-widget .nw-reset").click()
-    assert np.allclose(_inputs(page), [2, 0.5, -1])
+    assert np.allclose(_inputs(page), [1.2, 0.3, -0.6])
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
@@ -300,3 +301,52 @@ def test_two_dimensional_widget_and_late_placeholders(open_widget):
     _check(page, x, c, s, eps, root="#late2")
     # the first widget was not built twice
     assert page.locator(".norm-widget").first.locator("svg").count() == 1
+
+
+PRESETS = {  # preset -> (x, c, s, eps) it sets; x None: the default x
+    "scale": (None, 2.5, 0.0, 0.0), "shift": (None, 1.0, 1.5, 0.0), "small": (None, 0.05, 0.0, 0.01),
+    "constant": ((1.0, 1.0, 1.0), 1.0, 0.0, 0.0),
+}
+DEFAULT_X = (1.2, 0.3, -0.6)
+
+
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_presets_set_what_the_page_describes(open_widget, preset):
+    """Each "thing to try" on the page has a button; the numbers it shows are the oracle's."""
+    page = open_widget()
+    _setup(page, (0.4, -2.0, 1.0), 0.7, -0.3, 0.2)   # somewhere else first: the preset must set everything
+    page.locator(f'.norm-widget [data-preset="{preset}"]').click()
+    x, c, s, eps = PRESETS[preset]
+    x = DEFAULT_X if x is None else x
+    assert np.allclose(_inputs(page), c * np.asarray(x) + s)
+    if preset == "constant":
+        assert "LayerNorm is undefined" in page.locator(".norm-widget .nw-msg").inner_text()
+        return
+    want = _check(page, x, c, s, eps)
+    if preset == "scale":
+        assert want["ln.delta"] < 1e-12 and want["rms.delta"] < 1e-12
+    if preset == "shift":
+        assert want["ln.delta"] < 1e-12 < 0.1 < want["rms.delta"]
+    if preset == "small":
+        assert want["rms.norm"] < 0.9 * np.sqrt(3)
+
+
+def test_default_input_shows_the_rmsnorm_arrow_beyond_the_input(open_widget):
+    """RMSNorm's output lies along the input: at the default input it must reach past the input's tip."""
+    page = open_widget()
+    lengths = page.evaluate("""() => Object.fromEntries(['nw-in', 'nw-rms'].map(c => {
+        const l = document.querySelector('.norm-widget .' + c);
+        return [c, Math.hypot(l.x2.baseVal.value - l.x1.baseVal.value, l.y2.baseVal.value - l.y1.baseVal.value)];
+    }))""")
+    assert lengths["nw-rms"] > lengths["nw-in"] + 12, lengths
+
+
+def test_phone_shows_picture_presets_and_numbers_on_one_screen(open_widget):
+    page = open_widget(width=375, height=740)
+    page.locator(".norm-widget").scroll_into_view_if_needed()
+    box = page.evaluate("""() => {
+        const q = s => document.querySelector('.norm-widget ' + s).getBoundingClientRect();
+        const f = q('.nw-figure'), t = q('.nw-table');
+        return {top: f.top, bottom: t.bottom, presets: q('.nw-presets').bottom};
+    }""")
+    assert box["bottom"] - box["top"] <= 740, f"picture to output table spans {box['bottom'] - box['top']:.0f} px"

@@ -82,7 +82,8 @@
     }
     var id = "nw" + (++counter) + "-";
     var cam = camera(dim);
-    var state = { x: dim === 3 ? [2, 0.5, -1] : [1.5, -0.5], c: 1, s: 0, eps: 0 };
+    // the default input is shorter than sqrt(d), so the RMSNorm arrow reaches past the input's tip and shows
+    var state = { x: dim === 3 ? [1.2, 0.3, -0.6] : [0.9, -0.3], c: 1, s: 0, eps: 0 };
     var defaults = JSON.parse(JSON.stringify(state));
     root.innerHTML = "";
     root.setAttribute("role", "group");
@@ -120,7 +121,26 @@
     control(ft, "c", "scale c", -3, 3, 0.01);
     control(ft, "s", "shift s", -3, 3, 0.01);
     control(ft, "eps", "eps", 0, 1, 0.001, true);
-    var reset = el("button", { type: "button", "class": "md-button nw-reset" }, controls);
+    // presets: one per "thing to try" on the page, then Reset
+    var presetBar = el("div", { "class": "nw-presets", role: "group", "aria-label": "presets" }, root);
+    var ones = dim === 3 ? [1, 1, 1] : [1, 1];
+    var PRESETS = [
+      ["scale", "Scale it", { c: 2.5, s: 0, eps: 0 }],
+      ["shift", "Shift it", { c: 1, s: 1.5, eps: 0 }],
+      ["small", "Small input, eps", { c: 0.05, s: 0, eps: 0.01 }],
+      ["constant", "Constant row", { x: ones.slice(), c: 1, s: 0, eps: 0 }],
+    ];
+    PRESETS.forEach(function (pr) {
+      var b = el("button", { type: "button", "class": "nw-preset", "data-preset": pr[0] }, presetBar);
+      b.textContent = pr[1];
+      b.addEventListener("click", function () {
+        state = JSON.parse(JSON.stringify(defaults));
+        Object.keys(pr[2]).forEach(function (k) { state[k] = JSON.parse(JSON.stringify(pr[2][k])); });
+        Object.keys(inputs).forEach(function (k) { inputs[k].num.setAttribute("aria-invalid", "false"); });
+        render(null);
+      });
+    });
+    var reset = el("button", { type: "button", "class": "nw-preset nw-reset" }, presetBar);
     reset.textContent = "Reset";
 
     // ---- picture ----
@@ -141,7 +161,6 @@
     }
     var R = Math.sqrt(dim);
     el("circle", { cx: 0, cy: 0, r: UNIT * R, "class": "nw-sphere" }, svg, true);
-    var ones = dim === 3 ? [1, 1, 1] : [1, 1];
     if (dim === 3) {
       var n = unit(ones), a = unit([1, -1, 0]), b = cross(n, a);
       var front = "", back = "";
@@ -206,6 +225,7 @@
     stat("ln.norm", "‖LayerNorm‖");
     stat("rms.norm", "‖RMSNorm‖");
     stat("ln.ysum", "sum of LayerNorm");
+    stat("rms.ymean", "mean of RMSNorm");
     stat("sqrtd", "√d");
     var inv = el("p", { "class": "nw-inv", "aria-live": "polite" }, out);
     inv.innerHTML = 'Largest change of each output against the output for x itself (c = 1, s = 0): ' +
@@ -243,6 +263,7 @@
       show("ln.mean", ln.mean); show("ln.var", ln.variance); show("rms.rms", rm.rms);
       show("ln.norm", ln.defined ? norm2(ln.y) : NaN); show("rms.norm", rm.defined ? norm2(rm.y) : NaN);
       show("ln.ysum", ln.defined ? ln.y.reduce(function (s, a) { return s + a; }, 0) : NaN);
+      show("rms.ymean", rm.defined ? mean(rm.y) : NaN);
       show("sqrtd", Math.sqrt(dim));
       show("ln.delta", ln.defined && ln0.defined ? maxAbsDiff(ln.y, ln0.y) : NaN);
       show("rms.delta", rm.defined && rm0.defined ? maxAbsDiff(rm.y, rm0.y) : NaN);
