@@ -691,6 +691,61 @@ def fused_residual(t: Theme) -> Svg:
 
 
 # ------------------------------------------------------------------------------------------------
+# g2. one row, two passes: what moves between memory, cache and registers
+# ------------------------------------------------------------------------------------------------
+ROW_D = 4096
+ROW_BYTES = 4          # float32
+
+
+def row_passes(t: Theme) -> Svg:
+    kib = ROW_D * ROW_BYTES / 1024
+    s = Svg(600, 560, "One RMSNorm row, two passes: what moves where",
+            f"Pass 1 loads the row of x from memory, squares and adds it in vector registers, and leaves the row "
+            f"in the cache ({ROW_D} float32 values are {kib:g} KiB). The reciprocal square root r is computed once. "
+            "Pass 2 loads the row again, now from the cache, multiplies by r and the gain, and stores y to memory. "
+            "Memory sees one read and one write of the row; the second read costs no memory traffic.", t)
+
+    def box(x, y, w, h, label, color):
+        s.rect(x, y, w, h, color, 2, fill=color, fill_opacity=0.1, rx=8)
+        s.text(x + w / 2, y + 28, label, color, anchor="middle", size=22, weight="bold")
+
+    box(15, 60, 170, 390, "memory", t.muted)
+    box(215, 60, 170, 390, "cache", t.muted)
+    box(415, 60, 170, 390, "registers", t.muted)
+    s.text(300, 36, f"d = {ROW_D}, float32: a row is {kib:g} KiB", t.fg, anchor="middle", size=22)
+
+    def chip(x, y, label, color):
+        s.rect(x, y, 130, 40, color, 2, fill=color, fill_opacity=0.18, rx=20)
+        s.text(x + 65, y + 27, label, t.fg, anchor="middle", size=22)
+
+    chip(35, 110, "row of x", t.rms)
+    chip(235, 110, "row of x", t.rms)
+    chip(435, 110, "sum of x²", t.ln)
+    chip(435, 230, "r", t.ln)
+    chip(35, 365, "row of y", t.good)
+    s.text(290, 190, "pass 1", t.fg, anchor="middle", size=22, weight="bold")
+    s.arrow(165, 130, 235, 130, t.rms, 2.5)
+    s.arrow(365, 130, 435, 130, t.rms, 2.5)
+    s.arrow(500, 150, 500, 230, t.ln, 2.5)
+    s.text(510, 200, "rsqrt", t.fg, size=21)
+    s.text(340, 300, "pass 2", t.fg, anchor="end", size=22, weight="bold")
+    s.path("M350 150 L350 350", t.rms, 2.5, dash="6 4")
+    s.arrow(350, 350, 435, 350, t.rms, 2.5, dash="6 4")
+    s.arrow(500, 270, 500, 330, t.ln, 2.5)
+    chip(435, 330, "x · r · γ", t.good)
+    s.arrow(435, 385, 165, 385, t.good, 2.5)
+    s.text(300, 420, "second read", t.muted, anchor="middle", size=21)
+    s.text(300, 443, "hits the cache", t.muted, anchor="middle", size=21)
+    # memory traffic of the row
+    s.text(20, 492, "memory traffic per row", t.fg, size=22, weight="bold")
+    scale = 200 / (2 * kib)
+    s.rect(20, 506, scale * kib, 34, t.rms, 2, fill=t.rms, fill_opacity=0.3, rx=3)
+    s.rect(20 + scale * kib, 506, scale * kib, 34, t.good, 2, fill=t.good, fill_opacity=0.3, rx=3)
+    s.text(235, 531, f"{kib:g} KiB in, {kib:g} KiB out", t.fg, size=21)
+    return s
+
+
+# ------------------------------------------------------------------------------------------------
 # h. Newton step for rsqrt
 # ------------------------------------------------------------------------------------------------
 NEWTON_A = 2.0
@@ -794,6 +849,9 @@ DIAGRAMS = (
             "Butterfly reduction over the 32 lanes of a warp with shuffle-xor and masks 16, 8, 4, 2, 1", warp_reduce),
     Diagram("dweight-reduction", "kernels/cuda.md",
             "Two-stage deterministic reduction of the weight gradient against atomicAdd", dweight_reduction),
+    Diagram("row-passes", "kernels/cpu.md",
+            "One RMSNorm row in two passes: the row is read from memory once, read again from the cache, and y "
+            "written once", row_passes),
     Diagram("fused-residual", "performance.md",
             "Fusing the residual add into the norm saves one write and one read of a tensor", fused_residual),
     Diagram("newton-rsqrt", "rsqrt.md",
