@@ -274,12 +274,15 @@ inline float row_sum(int64_t d, F&& term) {
 
 // out[j] = value(q, j) for a row of d elements. With `stream`, the few elements before the first 64-byte
 // boundary go one by one and the rest with non-temporal vector stores. Element-wise results do not depend
-// on which path computed them, so the split may depend on the address.
+// on which path computed them, so the split may depend on the address. An output whose address is not a
+// multiple of the element size (a view at an odd byte offset: torch.frombuffer, a memory-mapped file with
+// an odd header) never reaches a 64-byte boundary, and a streaming store there faults: it gets the
+// unaligned ordinary stores instead.
 template <class V, class T, class F>
 inline void row_store(T* out, int64_t d, bool stream, F&& value) {
   constexpr int W = V::W;
   int64_t j = 0;
-  if (stream && W > 1) {
+  if (stream && W > 1 && reinterpret_cast<uintptr_t>(out) % sizeof(T) == 0) {
     const int64_t off = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out) & 63) / int64_t(sizeof(T));
     const int64_t head = off ? std::min<int64_t>(d, 64 / int64_t(sizeof(T)) - off) : 0;
     for (; j < head; ++j) S::store(out + j, value(S{}, j));
