@@ -43,6 +43,7 @@ CONVENTIONS = ("llama", "gemma")
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_SINGLE_BLOCK = 8192   # longest row kept in registers as one tile (elements)
 CHUNK = 4096              # chunk width for longer rows
+_FLOAT32_MAX = torch.finfo(torch.float32).max  # eps is added in float32
 PARTIAL_BLOCK_ROWS = 16   # partial rows the second dweight kernel adds per step
 PARTIAL_BLOCK_COLS = 128  # columns per program of the second dweight kernel
 
@@ -75,9 +76,11 @@ def _load_h(X, RES, H, offs, mask, HAS_RES: tl.constexpr, STORE_H: tl.constexpr,
 
 
 @triton.jit
-def _store_y(Y, W, B, offs, cols, mask, h, mean, rstd, IS_RMS: tl.constexpr, GEMMA: tl.constexpr,
+def _store_y(Y, W, B, offs, cols, mask, h, mean, c, rstd, IS_RMS: tl.constexpr, GEMMA: tl.constexpr,
              HAS_W: tl.constexpr, HAS_B: tl.constexpr, BF16_BY_BITS: tl.constexpr):
-    """Normalize a chunk and apply the gain in the convention's order, then write it in x's dtype."""
+    """Normalize a chunk and apply the gain in the convention's order, then write it in x's dtype.
+    LayerNorm subtracts the float32 mean and then its correction c: h - mean is exact for h near the mean,
+    so the rounding of the mean never reaches y."""
     out_ty = Y.dtype.element_ty
     if IS_RMS:
         xhat = h * rstd
@@ -90,7 +93,7 @@ def _store_y(Y, W, B, offs, cols, mask, h, mean, rstd, IS_RMS: tl.constexpr, GEM
         else:
             y = xhat
     else:
-        y = (h - mean) * rstd
+        y = ((h - mean) - c) * rstd
         if HAS_W:
             y = y * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
         if HAS_B:
@@ -99,11 +102,29 @@ def _store_y(Y, W, B, offs, cols, mask, h, mean, rstd, IS_RMS: tl.constexpr, GEM
 
 
 @triton.jit
+def _out_of_range(s):
+    """A float32 sum outside the normal range: overflowed (elements above about 1.8e19), underflowed to
+    zero or subnormals (elements below about 1e-19), or NaN. Such rows take the rescaled second pass."""
+    return (s < 1.1754943508222875e-38) | (s > 3.4028234663852886e38) | (s != s)
+
+
+@triton.jit
+def _pow2_scale(amax):
+    """Powers of two s1, s2 (float32) with amax * s1 * s2 in [0.5, 1): h * s1 * s2 is exact (or an element
+    under 2^-149 of amax flushes to zero, too small to change a sum or an output); sc = s1 * s2 in float64."""
+    k = -(tl.floor(tl.log2(amax.to(tl.float64))) + 1.0)
+    k1 = tl.minimum(tl.maximum(k, -126.0), 126.0)
+    return tl.exp2(k1).to(tl.float32), tl.exp2(k - k1).to(tl.float32), tl.exp2(k)
+
+
+@triton.jit
 def _norm_fwd_kernel(X, RES, W, B, Y, H, MEAN, RSTD, d, d_f, eps,
                      IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
                      HAS_B: tl.constexpr, BLOCK: tl.constexpr, SINGLE: tl.constexpr, BF16_BY_BITS: tl.constexpr):
     """One program per row. SINGLE: the whole row is one tile held in registers (read once); otherwise the
-    row is read in chunks of BLOCK, once per statistic and once for the output."""
+    row is read in chunks of BLOCK, once per statistic and once for the output. LayerNorm: the mean m,
+    then c = mean(h - m) and q = mean((h - m)^2) in one pass; mean = m + c, var = q - c^2. A row whose
+    float32 sum left the normal range (rare) is scaled by a power of two and summed again (_wide_rows)."""
     row = tl.program_id(0).to(tl.int64)
     base = row * d
     if SINGLE:
@@ -112,13 +133,15 @@ def _norm_fwd_kernel(X, RES, W, B, Y, H, MEAN, RSTD, d, d_f, eps,
         h = _load_h(X, RES, H, base + cols, mask, HAS_RES, True, BF16_BY_BITS)
         if IS_RMS:
             mean = 0.0
-            ms = tl.math.div_rn(tl.sum(h * h, axis=0), d_f)
+            c = 0.0
+            s = tl.sum(h * h, axis=0)
+            ms = tl.math.div_rn(s, d_f)
         else:
             mean = tl.math.div_rn(tl.sum(h, axis=0), d_f)
             xc = tl.where(mask, h - mean, 0.0)
-            ms = tl.math.div_rn(tl.sum(xc * xc, axis=0), d_f)
-        rstd = tl.math.div_rn(1.0, tl.sqrt_rn(ms + eps))
-        _store_y(Y, W, B, base + cols, cols, mask, h, mean, rstd, IS_RMS, GEMMA, HAS_W, HAS_B, BF16_BY_BITS)
+            c = tl.math.div_rn(tl.sum(xc, axis=0), d_f)
+            s = tl.sum(xc * xc, axis=0)
+            ms = tl.maximum(tl.math.div_rn(s, d_f) - c * c, 0.0)
     else:
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for start in range(0, d, BLOCK):  # pass 1: sum of squares (RMS) or sum (LN); h is stored here
@@ -131,26 +154,102 @@ def _norm_fwd_kernel(X, RES, W, B, Y, H, MEAN, RSTD, d, d_f, eps,
                 acc += h
         if IS_RMS:
             mean = 0.0
-            ms = tl.math.div_rn(tl.sum(acc, axis=0), d_f)
+            c = 0.0
+            s = tl.sum(acc, axis=0)
+            ms = tl.math.div_rn(s, d_f)
         else:
             mean = tl.math.div_rn(tl.sum(acc, axis=0), d_f)
+            acc1 = tl.zeros([BLOCK], dtype=tl.float32)
             acc2 = tl.zeros([BLOCK], dtype=tl.float32)
-            for start in range(0, d, BLOCK):  # LayerNorm pass 2: centred sum of squares (two-pass variance)
+            for start in range(0, d, BLOCK):  # LayerNorm pass 2: the mean's correction and the centred squares
                 cols = start + tl.arange(0, BLOCK)
                 mask = cols < d
                 h = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS)
                 xc = tl.where(mask, h - mean, 0.0)
+                acc1 += xc
                 acc2 += xc * xc
-            ms = tl.math.div_rn(tl.sum(acc2, axis=0), d_f)
-        rstd = tl.math.div_rn(1.0, tl.sqrt_rn(ms + eps))
-        for start in range(0, d, BLOCK):  # last pass: the output (h recomputed from x and the residual)
+            c = tl.math.div_rn(tl.sum(acc1, axis=0), d_f)
+            s = tl.sum(acc2, axis=0)
+            ms = tl.maximum(tl.math.div_rn(s, d_f) - c * c, 0.0)
+    rstd = tl.math.div_rn(1.0, tl.sqrt_rn(ms + eps))
+    if _out_of_range(s):
+        _wide_rows(X, RES, H, W, B, Y, MEAN, RSTD, row, base, d, d_f, eps, mean, c, rstd, IS_RMS, GEMMA, HAS_RES,
+                   HAS_W, HAS_B, BLOCK, BF16_BY_BITS)
+    else:
+        if SINGLE:
+            _store_y(Y, W, B, base + cols, cols, mask, h, mean, c, rstd, IS_RMS, GEMMA, HAS_W, HAS_B, BF16_BY_BITS)
+        else:
+            for start in range(0, d, BLOCK):  # the output (h recomputed from x and the residual)
+                cols = start + tl.arange(0, BLOCK)
+                mask = cols < d
+                h = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS)
+                _store_y(Y, W, B, base + cols, cols, mask, h, mean, c, rstd, IS_RMS, GEMMA, HAS_W, HAS_B,
+                         BF16_BY_BITS)
+        tl.store(RSTD + row, rstd)
+        if not IS_RMS:
+            tl.store(MEAN + row, mean + c)
+
+
+@triton.jit
+def _wide_rows(X, RES, H, W, B, Y, MEAN, RSTD, row, base, d, d_f, eps, mean, c, rstd,
+               IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
+               HAS_B: tl.constexpr, BLOCK: tl.constexpr, BF16_BY_BITS: tl.constexpr):
+    """The rescaled second pass of a row whose float32 sum overflowed or underflowed: z = h * 2^k with
+    max |z| in [0.5, 1), statistics of z in float32 (they cannot overflow; eps scaled by 2^2k in float64),
+    y = z * rstd_z. A row with Inf or NaN, or of zeros, keeps the float32 result (it is right there)."""
+    amax = tl.zeros([BLOCK], dtype=tl.float32)
+    bad = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, d, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        h = _load_h(X, RES, H, base + cols, cols < d, HAS_RES, False, BF16_BY_BITS)
+        amax = tl.maximum(amax, tl.abs(h))
+        bad += h - h  # NaN once an element is Inf or NaN
+    amax_row = tl.max(amax, axis=0)
+    if (amax_row > 0.0) & (amax_row <= 3.4028234663852886e38) & (tl.sum(bad, axis=0) == 0.0):
+        s1, s2, sc = _pow2_scale(amax_row)
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, d, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            z = _load_h(X, RES, H, base + cols, cols < d, HAS_RES, False, BF16_BY_BITS) * s1 * s2
+            if IS_RMS:
+                acc += z * z
+            else:
+                acc += z
+        if IS_RMS:
+            mz = 0.0
+            cz = 0.0
+            vz = tl.sum(acc, axis=0).to(tl.float64) / d_f
+        else:
+            mz = tl.sum(acc, axis=0) / d_f
+            acc1 = tl.zeros([BLOCK], dtype=tl.float32)
+            acc2 = tl.zeros([BLOCK], dtype=tl.float32)
+            for start in range(0, d, BLOCK):
+                cols = start + tl.arange(0, BLOCK)
+                mask = cols < d
+                z = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS) * s1 * s2
+                zc = tl.where(mask, z - mz, 0.0)
+                acc1 += zc
+                acc2 += zc * zc
+            cz = tl.sum(acc1, axis=0) / d_f
+            vz = tl.maximum(tl.sum(acc2, axis=0) / d_f - cz * cz, 0.0).to(tl.float64)
+            tl.store(MEAN + row, ((mz + cz).to(tl.float64) / sc).to(tl.float32))
+        rz = 1.0 / tl.sqrt(vz + eps * sc * sc)
+        for start in range(0, d, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < d
+            z = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS) * s1 * s2
+            _store_y(Y, W, B, base + cols, cols, mask, z, mz, cz, rz.to(tl.float32), IS_RMS, GEMMA, HAS_W, HAS_B,
+                     BF16_BY_BITS)
+        tl.store(RSTD + row, (rz * sc).to(tl.float32))
+    else:
+        for start in range(0, d, BLOCK):
             cols = start + tl.arange(0, BLOCK)
             mask = cols < d
             h = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS)
-            _store_y(Y, W, B, base + cols, cols, mask, h, mean, rstd, IS_RMS, GEMMA, HAS_W, HAS_B, BF16_BY_BITS)
-    tl.store(RSTD + row, rstd)
-    if not IS_RMS:
-        tl.store(MEAN + row, mean)
+            _store_y(Y, W, B, base + cols, cols, mask, h, mean, c, rstd, IS_RMS, GEMMA, HAS_W, HAS_B, BF16_BY_BITS)
+        tl.store(RSTD + row, rstd)
+        if not IS_RMS:
+            tl.store(MEAN + row, mean + c)
 # --8<-- [end:forward]
 
 
@@ -370,6 +469,20 @@ def _check_like(t, x, name: str):
     return t.contiguous()
 
 
+def _check_stat(s, x, name: str):
+    """A per-row statistic of the forward (rstd, LayerNorm's mean): float32 of shape x.shape[:-1] on x's
+    device. The kernels read one value per row through a raw pointer, so a shorter tensor would be read
+    past its end and another dtype reinterpreted."""
+    if not isinstance(s, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor (the forward's float32 per-row {name}), got {type(s).__name__}")
+    if s.dtype != torch.float32:
+        raise TypeError(f"{name} has dtype {s.dtype}; it must be float32, as the forward returns it")
+    if tuple(s.shape) != tuple(x.shape[:-1]):
+        raise ValueError(f"{name} has shape {tuple(s.shape)}; it must be x.shape[:-1] = {tuple(x.shape[:-1])}")
+    if s.device != x.device:
+        raise ValueError(f"{name} is on {s.device} but x is on {x.device}")
+
+
 def _settings(d: int, block_size):
     """(BLOCK, SINGLE, forward num_warps, backward num_warps) for rows of d elements. block_size forces the
     tile width (a power of two of at least 16); a row longer than the tile is processed in chunks.
@@ -481,7 +594,7 @@ def rms_norm_fwd(x, weight=None, residual=None, eps=1e-6, convention="llama", bl
     without a residual, ``rstd`` float32 of shape ``x.shape[:-1]``."""
     _check_x(x, "rms_norm_fwd")
     _check_p(weight, x, "weight")
-    eps = check_eps(eps)
+    eps = check_eps(eps, max_value=_FLOAT32_MAX)
     gemma = _check_convention(convention)
     if residual is not None:
         residual = _check_like(residual, x, "residual")
@@ -500,6 +613,7 @@ def rms_norm_bwd(dy, h, weight, rstd, convention="llama", block_size=None, num_p
     _check_x(h, "rms_norm_bwd")
     dy = _check_like(dy, h, "dy")
     _check_p(weight, h, "weight")
+    _check_stat(rstd, h, "rstd")
     gemma = _check_convention(convention)
     _settings(h.shape[-1], block_size)
     _num_partials(1, h.device, num_partials)
@@ -514,7 +628,7 @@ def layer_norm_fwd(x, weight=None, bias=None, eps=1e-5, block_size=None):
     _check_x(x, "layer_norm_fwd")
     _check_p(weight, x, "weight")
     _check_p(bias, x, "bias")
-    eps = check_eps(eps)
+    eps = check_eps(eps, max_value=_FLOAT32_MAX)
     _settings(x.shape[-1], block_size)
     _check_device(x)
     y, _, rstd, mean = _fwd(x, weight, bias, None, eps, False, False, block_size)
@@ -527,6 +641,8 @@ def layer_norm_bwd(dy, x, weight, bias, mean, rstd, block_size=None, num_partial
     dy = _check_like(dy, x, "dy")
     _check_p(weight, x, "weight")
     _check_p(bias, x, "bias")
+    _check_stat(mean, x, "mean")
+    _check_stat(rstd, x, "rstd")
     _settings(x.shape[-1], block_size)
     _num_partials(1, x.device, num_partials)
     _check_device(x)
@@ -611,7 +727,7 @@ def triton_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: fl
     """
     _check_x(x, "triton_rms_norm")
     _check_p(weight, x, "weight")
-    eps = check_eps(eps)
+    eps = check_eps(eps, max_value=_FLOAT32_MAX)
     _check_convention(convention)
     if residual is not None:
         residual = _check_like(residual, x, "residual")
@@ -631,7 +747,7 @@ def triton_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias:
     _check_x(x, "triton_layer_norm")
     _check_p(weight, x, "weight")
     _check_p(bias, x, "bias")
-    eps = check_eps(eps)
+    eps = check_eps(eps, max_value=_FLOAT32_MAX)
     _settings(x.shape[-1], block_size)
     _check_device(x)
     return TritonLayerNormFunction.apply(x, weight, bias, eps, block_size)
