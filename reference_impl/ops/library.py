@@ -15,6 +15,8 @@ Numerics (see ``cuda/ops.cpp`` for the op-level contract):
 - x of dtype float32, bfloat16 or float16 (float64 is refused: use :func:`reference_impl.rms_norm`); the
   weight (and bias) of x's dtype or float32. Statistics and all arithmetic in float32; outputs in x's dtype.
 - eps inside the square root. Forward saves only the per-row ``rstd`` (float32) besides its input.
+- A row whose float32 sum of squares overflows (elements above about 2**64) or underflows (all below about
+  2**-63, which matters with eps = 0) is summed again in double; every other row pays one comparison.
 - RMSNorm conventions: ``"llama"``: ``y = round_x(round_x(x * rstd) * weight)`` (Hugging Face
   ``LlamaRMSNorm``: normalize in fp32, cast to x's dtype, then multiply by the weight);
   ``"gemma"``: ``y = round_x((x * rstd) * (1 + weight))`` computed in fp32 and cast once.
@@ -289,7 +291,10 @@ def fused_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: 
                      eps: float = 1e-5, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """Fused LayerNorm over the last dimension: ``round_x(((x - mean) * rstd) * weight + bias)``.
 
-    Two-pass statistics in fp32 (biased variance, as ``torch.nn.functional.layer_norm``). ``x`` float32,
+    Two-pass statistics in fp32 (biased variance, as ``torch.nn.functional.layer_norm``) with one
+    correction step of the mean (``c = mean(x - m)``, output from ``(x - m) - c``), so a mean far above the
+    spread does not leak its rounding into the output; rows whose fp32 sums overflow or underflow are redone
+    in double. ``x`` float32,
     bfloat16 or float16, shape ``(..., d)``; ``weight`` and ``bias`` of shape ``(d,)`` in x's dtype or
     float32, or ``None``. Returns a tensor of x's shape and dtype (``out`` itself when given: keyword-only,
     for inference, as in :func:`fused_rms_norm`), differentiable in ``x``, ``weight`` and ``bias`` to any

@@ -10,7 +10,10 @@ Same contract as :func:`reference_impl.ops.fused_rms_norm` / :func:`~reference_i
   ``convention="gemma"``: ``y = round_x(h * rstd * (1 + w))`` in fp32 with one cast;
 - optional fused residual add: ``h = round_x(x + residual)`` (sum in fp32, one rounding) is normalized and
   returned as the new residual stream;
-- LayerNorm: ``y = round_x((h - mean) * rstd * w + b)`` with two-pass float32 statistics;
+- LayerNorm: ``y = round_x(((h - m) - c) * rstd * w + b)`` with two-pass float32 statistics: the mean
+  ``m``, then ``c = mean(h - m)`` (one correction step of the rounded mean) and the centred squares;
+- a row whose float32 sum overflows or underflows (elements beyond about 2**64 or, with eps = 0, all below
+  about 2**-63) is scaled by a power of two and summed again (``_wide_rows``); other rows pay one test;
 - dweight (and dbias) deterministic: per-program float32 partial sums over a fixed block of rows, then a
   second kernel that adds the partials of each column in a fixed order. No atomics, no locks.
 

@@ -101,13 +101,13 @@ def _bound(dtype) -> float:
 
 
 @pytest.mark.guards("fused.extreme_rows")
-@pytest.mark.parametrize("dtype", DTYPES)
+# float16 is not among them: its values (6e-8 to 65504) square to float32's normal range
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("scale,eps", EXTREME)
 @pytest.mark.parametrize("d", [7, 1000, 4104])
 def test_rows_beyond_the_float32_sum_of_squares_are_normalized_right(dtype, scale, eps, d):
     x = _extreme_rows(scale, torch.float32, d).to(dtype)
-    if not torch.isfinite(x).all() or (x == 0).all(-1).any():
-        pytest.skip(f"{dtype} cannot hold rows of scale {scale}")
+    assert torch.isfinite(x).all() and not (x == 0).all(-1).any()
     w = torch.linspace(0.5, 1.5, d).to(dtype)
     for conv in ("llama", "gemma"):
         y = fused_rms_norm(x, w, eps, convention=conv)
