@@ -64,6 +64,8 @@ def _canonical_file() -> dict:
         loaded = check_yaml_file(CANONICAL, "ledger_claims")
     except DataFileError as exc:
         raise MacroError(str(exc)) from exc
+    if isinstance(loaded, list):  # a bare list of claims
+        return {"sources": {}, "themes": [], "claims": loaded}
     return {"sources": loaded.get("sources") or {}, "themes": loaded.get("themes") or [],
             "claims": loaded["claims"]}
 
