@@ -56,7 +56,7 @@ _SYMBOLIC = (torch.SymInt, torch.SymFloat)
 _FLOAT64_MAX = torch.finfo(torch.float64).max
 
 
-def check_eps(eps, *, max_value: float | None = None):
+def check_eps(eps, *, max_value: float | None = None, checked_by_op: bool = False):
     """A finite, non-negative real number (not a bool); returns it as a float.
 
     Any ``numbers.Real`` is accepted (Python int and float, NumPy scalars such as ``np.float32(1e-5)``,
@@ -67,7 +67,8 @@ def check_eps(eps, *, max_value: float | None = None):
     (with ``fullgraph=True`` as an error whose message names the violated condition; otherwise the graph
     breaks and the eager check raises the ValueError below); a symbolic eps (a ``SymFloat``, how
     ``dynamic=True`` traces a changing float) gets ``torch._check`` assertions that the compiled code
-    evaluates on every call.
+    evaluates on every call. ``checked_by_op=True`` (the native ops, which check eps themselves when they
+    run and raise ValueError) leaves a traced eps to them.
 
     Raises:
         TypeError: not a real number (bool, str, tensor, None, complex, ...).
@@ -79,6 +80,8 @@ def check_eps(eps, *, max_value: float | None = None):
         # traced: eps may be symbolic (Dynamo does not show it as a SymFloat to isinstance), so the conditions
         # are assertions that hold for a constant at trace time and for a symbol on every call; NaN fails
         # both comparisons, infinity the second. The messages must be constants (Dynamo cannot build them).
+        if checked_by_op:
+            return eps if isinstance(eps, (float, torch.SymFloat)) else torch.sym_float(eps)
         limit = _FLOAT64_MAX if max_value is None else max_value
         torch._check(eps >= 0, lambda: "eps must be a finite, non-negative number (it is negative or NaN)")
         torch._check(eps <= limit, lambda: "eps must be finite and no larger than the largest value the "

@@ -252,7 +252,7 @@ def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: flo
     _check_fused_input(x, "fused_rms_norm")
     _check_transforms("fused_rms_norm", x, weight, residual)
     _check_fused_param(weight, x, "weight")
-    eps = check_eps(eps, max_value=_FLOAT32_MAX)
+    eps = check_eps(eps, max_value=_FLOAT32_MAX, checked_by_op=True)
     if not isinstance(convention, str):
         raise TypeError(f"convention must be a string, got {type(convention).__name__}")
     if convention not in CONVENTIONS:
@@ -305,7 +305,7 @@ def fused_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: 
     _check_transforms("fused_layer_norm", x, weight, bias)
     _check_fused_param(weight, x, "weight")
     _check_fused_param(bias, x, "bias")
-    eps = check_eps(eps, max_value=_FLOAT32_MAX)
+    eps = check_eps(eps, max_value=_FLOAT32_MAX, checked_by_op=True)
     _ensure_device(x)
     args = (x.contiguous(), None if weight is None else weight.contiguous(),
             None if bias is None else bias.contiguous(), eps)

@@ -267,14 +267,15 @@ def _gain(W, cols, mask, GEMMA: tl.constexpr):
 
 
 @triton.jit
-def _grad_terms(DY, H, offs, mask, gw, mean, rstd, IS_RMS: tl.constexpr, HAS_W: tl.constexpr):
-    """dy, xhat and g = dy * gain for one chunk, in fp32 (zero outside the row)."""
+def _grad_terms(DY, H, offs, mask, gw, mean, c, rstd, IS_RMS: tl.constexpr, HAS_W: tl.constexpr):
+    """dy, xhat and g = dy * gain for one chunk, in fp32 (zero outside the row). LayerNorm: c = mean(h -
+    mean) corrects the float32 rounding of the saved mean, as in the forward."""
     dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
     h = tl.load(H + offs, mask=mask, other=0.0).to(tl.float32)
     if IS_RMS:
         xhat = h * rstd
     else:
-        xhat = tl.where(mask, (h - mean) * rstd, 0.0)
+        xhat = tl.where(mask, ((h - mean) - c) * rstd, 0.0)
     g = dy
     if HAS_W:
         g = dy * gw
@@ -282,16 +283,25 @@ def _grad_terms(DY, H, offs, mask, gw, mean, rstd, IS_RMS: tl.constexpr, HAS_W: 
 
 
 @triton.jit
-def _norm_bwd_row_stats_kernel(DY, H, W, MEAN, RSTD, C1, C2, d, d_f,
+def _norm_bwd_row_stats_kernel(DY, H, W, MEAN, RSTD, C1, C2, C3, d, d_f,
                                IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_W: tl.constexpr,
                                BLOCK: tl.constexpr):
-    """Long rows only: per row, c1 = mean(g * xhat) and (LayerNorm) c2 = mean(g), read in chunks."""
+    """Long rows only: per row, c1 = mean(g * xhat) and (LayerNorm) c2 = mean(g) and c3 = mean(h - mean),
+    the correction of the saved mean (one more pass first), read in chunks."""
     row = tl.program_id(0).to(tl.int64)
     base = row * d
     rstd = tl.load(RSTD + row)
     mean = 0.0
+    c = 0.0
     if not IS_RMS:
         mean = tl.load(MEAN + row)
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, d, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < d
+            acc += tl.where(mask, tl.load(H + base + cols, mask=mask, other=0.0).to(tl.float32) - mean, 0.0)
+        c = tl.math.div_rn(tl.sum(acc, axis=0), d_f)
+        tl.store(C3 + row, c)
     acc1 = tl.zeros([BLOCK], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, d, BLOCK):
@@ -300,7 +310,7 @@ def _norm_bwd_row_stats_kernel(DY, H, W, MEAN, RSTD, C1, C2, d, d_f,
         gw = 1.0
         if HAS_W:
             gw = _gain(W, cols, mask, GEMMA)
-        dy, xhat, g = _grad_terms(DY, H, base + cols, mask, gw, mean, rstd, IS_RMS, HAS_W)
+        dy, xhat, g = _grad_terms(DY, H, base + cols, mask, gw, mean, c, rstd, IS_RMS, HAS_W)
         acc1 += g * xhat
         acc2 += g
     tl.store(C1 + row, tl.math.div_rn(tl.sum(acc1, axis=0), d_f))
@@ -309,7 +319,7 @@ def _norm_bwd_row_stats_kernel(DY, H, W, MEAN, RSTD, C1, C2, d, d_f,
 
 
 @triton.jit
-def _norm_bwd_kernel(DY, H, W, MEAN, RSTD, C1, C2, DX, DWP, DBP, n_rows, d, d_f, rows_per_prog,
+def _norm_bwd_kernel(DY, H, W, MEAN, RSTD, C1, C2, C3, DX, DWP, DBP, n_rows, d, d_f, rows_per_prog,
                      IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
                      BLOCK: tl.constexpr, SINGLE: tl.constexpr, BF16_BY_BITS: tl.constexpr):
     """Program (p, c) owns rows [p * rows_per_prog, (p + 1) * rows_per_prog) and columns chunk c.
@@ -332,10 +342,16 @@ def _norm_bwd_kernel(DY, H, W, MEAN, RSTD, C1, C2, DX, DWP, DBP, n_rows, d, d_f,
         if row < n_rows:
             rstd = tl.load(RSTD + row)
             mean = 0.0
+            c = 0.0
+            offs = row * d + cols
             if not IS_RMS:
                 mean = tl.load(MEAN + row)
-            offs = row * d + cols
-            dy, xhat, g = _grad_terms(DY, H, offs, mask, gw, mean, rstd, IS_RMS, HAS_W)
+                if SINGLE:  # the correction of the saved mean, from the tile
+                    hc = tl.load(H + offs, mask=mask, other=0.0).to(tl.float32)
+                    c = tl.math.div_rn(tl.sum(tl.where(mask, hc - mean, 0.0), axis=0), d_f)
+                else:
+                    c = tl.load(C3 + row)
+            dy, xhat, g = _grad_terms(DY, H, offs, mask, gw, mean, c, rstd, IS_RMS, HAS_W)
             if SINGLE:
                 c1 = tl.math.div_rn(tl.sum(g * xhat, axis=0), d_f)
                 if IS_RMS:
@@ -574,14 +590,15 @@ def _bwd(dy, h, weight, has_bias, bias_dtype, mean, rstd, is_rms, gemma, block_s
     dwp = torch.empty((p, d), **f32) if weight is not None else rstd2
     dbp = torch.empty((p, d), **f32) if has_bias else rstd2
     if single:
-        c1 = c2 = rstd2
+        c1 = c2 = c3 = rstd2
     else:
         c1 = torch.empty(n, **f32)
         c2 = torch.empty(n, **f32) if not is_rms else c1
-        _norm_bwd_row_stats_kernel[(n,)](dy2, h2, w, mean2, rstd2, c1, c2, d, float(d), IS_RMS=is_rms,
+        c3 = torch.empty(n, **f32) if not is_rms else c1
+        _norm_bwd_row_stats_kernel[(n,)](dy2, h2, w, mean2, rstd2, c1, c2, c3, d, float(d), IS_RMS=is_rms,
                                          GEMMA=gemma, HAS_W=weight is not None, BLOCK=block, num_warps=nw)
     grid = (p, triton.cdiv(d, block))
-    _norm_bwd_kernel[grid](dy2, h2, w, mean2, rstd2, c1, c2, dx, dwp, dbp, n, d, float(d), rows_per_prog,
+    _norm_bwd_kernel[grid](dy2, h2, w, mean2, rstd2, c1, c2, c3, dx, dwp, dbp, n, d, float(d), rows_per_prog,
                            IS_RMS=is_rms, GEMMA=gemma, HAS_W=weight is not None, HAS_B=has_bias,
                            BLOCK=block, SINGLE=single, BF16_BY_BITS=_bf16_by_bits(h.dtype), num_warps=nw)
     if weight is not None:

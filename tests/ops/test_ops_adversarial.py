@@ -7,7 +7,8 @@
   rows below about 1e-19 with ``eps = 0`` underflowed it (outputs infinite). The kernels take a second,
   wide pass for exactly those rows: CPU, the CUDA kernels under their CPU emulation, Triton's interpreter.
 - LayerNorm of a row whose mean is a million times its spread leaked the rounding of the float32 mean
-  into the output (4 % off); one correction step of the mean removes it, forward and (CPU) backward.
+  into the output (4 % off); one correction step of the mean removes it, forward and (CPU, Triton)
+  backward.
 - Forward-mode AD and ``torch.func.grad`` over the fused ops raise an error naming the op.
 """
 from __future__ import annotations
@@ -228,6 +229,11 @@ for d, block in ((300, None), (300, 64)):  # one tile, and chunks of 64
     y = tn.layer_norm_fwd(x, None, None, 1e-5, block_size=block)[0]
     big_mean = float((y.double() - layer_norm(x.double())).abs().max())
     assert big_mean <= 5e-5, big_mean
+    xr, xd, dy = x.clone().requires_grad_(), x.double().requires_grad_(), torch.randn(3, d)
+    tn.triton_layer_norm(xr, block_size=block).backward(dy)
+    layer_norm(xd).backward(dy.double())
+    big_mean_dx = float((xr.grad.double() - xd.grad).abs().max() / xd.grad.abs().max())
+    assert big_mean_dx <= 1e-4, big_mean_dx
 x = torch.randn(2, 64)
 x[0, 3], x[1, 5] = float("inf"), float("nan")
 assert torch.isnan(tn.rms_norm_fwd(x)[0][1]).all() and torch.isnan(tn.rms_norm_fwd(x)[0][0, 3])
