@@ -32,7 +32,7 @@ def rms_norm(x, weight=None, eps: float = 1e-6, convention: str | None = None, e
     """
     if convention is None and eps_placement == "inside":
         return _reference.rms_norm(x, weight, eps)
-    return _conventions.rms_norm(x, weight, eps, convention=convention or "reference", eps_placement=eps_placement)
+    return _conventions.rms_norm(x, weight, eps, convention="reference" if convention is None else convention, eps_placement=eps_placement)
 
 
 def __getattr__(name):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -13,6 +14,7 @@ def check_input(x, name: str = "x") -> None:
     last dimension. TypeError for a non-tensor or another dtype; ValueError for 0-d or ``shape[-1] == 0``."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    check_dense(x, name)
     if x.dtype not in FLOAT_DTYPES:
         kind = "complex" if x.dtype.is_complex else ("integer/bool" if not x.dtype.is_floating_point else "unsupported floating")
         raise TypeError(
@@ -24,12 +26,21 @@ def check_input(x, name: str = "x") -> None:
         raise ValueError(f"{name} has an empty last dimension (size 0); there is nothing to normalize over")
 
 
+def check_dense(t: torch.Tensor, name: str) -> None:
+    """Sparse, nested and other non-strided tensors have no rows to normalize in place: ValueError."""
+    if t.layout != torch.strided or t.is_nested:
+        kind = "nested" if t.is_nested else f"layout {t.layout}"
+        raise ValueError(f"{name} must be a dense, strided tensor, got a {kind} tensor; convert it first "
+                         "(e.g. .to_dense(), or normalize each nested component)")
+
+
 def check_param(p, x: torch.Tensor, name: str) -> None:
     """A gain or bias must be a 1-D float tensor of length x.shape[-1], on x's device."""
     if p is None:
         return
     if not isinstance(p, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or None, got {type(p).__name__}")
+    check_dense(p, name)
     if p.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name} has dtype {p.dtype}; expected one of float16, bfloat16, float32, float64")
     if tuple(p.shape) != (x.shape[-1],):
@@ -42,25 +53,39 @@ def check_param(p, x: torch.Tensor, name: str) -> None:
 
 
 _SYMBOLIC = (torch.SymInt, torch.SymFloat)
+_FLOAT64_MAX = torch.finfo(torch.float64).max
 
 
-def check_eps(eps, *, max_value: float | None = None):
+def check_eps(eps, *, max_value: float | None = None, checked_by_op: bool = False):
     """A finite, non-negative real number (not a bool); returns it as a float.
 
-    ``max_value`` bounds it from above (the fused ops compute in float32: at most its largest finite
-    value). While ``torch.compile`` traces, eps may be symbolic (a ``SymFloat``, how a changing eps is
-    traced): it has no value yet, so only its type is checked here and the native op that receives it
-    checks the value when it runs, raising the same exception types.
+    Any ``numbers.Real`` is accepted (Python int and float, NumPy scalars such as ``np.float32(1e-5)``,
+    ``fractions.Fraction``). ``max_value`` bounds it from above (a computation in float32 can add at most
+    float32's largest finite value).
+
+    Under ``torch.compile`` the same conditions hold: a constant eps fails while the function is traced
+    (with ``fullgraph=True`` as an error whose message names the violated condition; otherwise the graph
+    breaks and the eager check raises the ValueError below); a symbolic eps (a ``SymFloat``, how
+    ``dynamic=True`` traces a changing float) gets ``torch._check`` assertions that the compiled code
+    evaluates on every call. ``checked_by_op=True`` (the native ops, which check eps themselves when they
+    run and raise ValueError) leaves a traced eps to them.
 
     Raises:
-        TypeError: not an int or float (bool, str, tensor, None, ...).
+        TypeError: not a real number (bool, str, tensor, None, complex, ...).
         ValueError: NaN, infinite, negative, too large for a float, or above ``max_value``.
     """
-    if isinstance(eps, bool) or not isinstance(eps, (int, float, *_SYMBOLIC)):
+    if isinstance(eps, bool) or not isinstance(eps, (numbers.Real, *_SYMBOLIC)):
         raise TypeError(f"eps must be a real number, got {type(eps).__name__}")
     if isinstance(eps, _SYMBOLIC) or torch.compiler.is_compiling():
-        # traced: the value may be symbolic (Dynamo shows a changing float as a float, so the check is
-        # skipped for every traced eps); float() would pin it to one value
+        # traced: eps may be symbolic (Dynamo does not show it as a SymFloat to isinstance), so the conditions
+        # are assertions that hold for a constant at trace time and for a symbol on every call; NaN fails
+        # both comparisons, infinity the second. The messages must be constants (Dynamo cannot build them).
+        if checked_by_op:
+            return eps if isinstance(eps, (float, torch.SymFloat)) else torch.sym_float(eps)
+        limit = _FLOAT64_MAX if max_value is None else max_value
+        torch._check(eps >= 0, lambda: "eps must be a finite, non-negative number (it is negative or NaN)")
+        torch._check(eps <= limit, lambda: "eps must be finite and no larger than the largest value the "
+                                          "computation's float type holds")
         return eps if isinstance(eps, (float, torch.SymFloat)) else torch.sym_float(eps)
     try:
         eps = float(eps)

@@ -25,7 +25,12 @@ variance at the price of an all-gather.
 Input checks: with ``check_shapes=True`` (the default) each call first all-gathers one small integer
 descriptor per rank (shape, dtypes, eps, options, and whether the rank's own checks passed), so a bad or
 mismatched input raises the same error on every rank instead of leaving the others waiting in a collective.
-With ``check_shapes=False`` a rank that fails its own checks raises alone.
+The descriptor includes whether the call records a gradient (grad mode on and an input requiring grad):
+ranks that differ there would leave one rank alone in the backward's collective, so they raise too.
+With ``check_shapes=False`` nothing is exchanged: a rank that fails its own checks raises alone while
+the others wait in the collective, and a mismatch no rank can see by itself (shapes, eps or options that
+differ across ranks) reaches the collectives, where the backend may abort the whole process (gloo does
+on a size mismatch) or wait forever. Turn it off only where every rank is known to pass the same shapes.
 
 Every rank must call each function (and run its backward) in the same order, like any collective.
 """
@@ -105,7 +110,7 @@ def _row_sums(parts: torch.Tensor, width: int, group, deterministic: bool):
 # --------------------------------------------------------------------------------------- input checks
 
 def _descriptor(x, params, eps, options: str, error) -> list[int]:
-    """12 integers that must agree across ranks (or may differ, as the layout allows)."""
+    """13 integers that must agree across ranks (or may differ, as the layout allows)."""
     ok = isinstance(x, torch.Tensor) and x.dim() > 0
     shape = tuple(x.shape) if ok else ()
     out = [0 if error is None else (1 if isinstance(error, TypeError) else 2),
@@ -117,14 +122,20 @@ def _descriptor(x, params, eps, options: str, error) -> list[int]:
     out += [0, 0] * (2 - len(params))
     e = eps if isinstance(eps, float) else float("nan")
     out += [struct.unpack("<q", struct.pack("<d", e))[0], zlib.crc32(options.encode())]
-    return out
+    return out + [int(_records_grad(x, params))]
+
+
+def _records_grad(x, params) -> bool:
+    """Whether this call builds a graph, so that its backward (a collective) will run on this rank."""
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in (x, *params))
 
 
 def _describe(x, params, eps, options, error) -> str:
     shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
     ps = ", ".join("None" if p is None else f"{tuple(p.shape)} {p.dtype}" if isinstance(p, torch.Tensor)
                    else type(p).__name__ for p in params)
-    head = f"x {shape} {getattr(x, 'dtype', '')}, params [{ps}], eps {eps!r}, options {options}"
+    head = (f"x {shape} {getattr(x, 'dtype', '')}, params [{ps}], eps {eps!r}, options {options}, "
+            f"records grad {_records_grad(x, params)}")
     return head if error is None else f"{head}: {type(error).__name__}: {error}"
 
 
@@ -175,7 +186,9 @@ def _compare(rows, layout):
         checks += [(4, ValueError, "the normalized (last) dimension differs across ranks"),
                    (6, ValueError, "weight differs in size (or is None on some ranks)"),
                    (8, ValueError, "bias differs in size (or is None on some ranks)")]
-    checks += [(7, TypeError, "weight's dtype differs across ranks"), (9, TypeError, "bias's dtype differs across ranks")]
+    checks += [(7, TypeError, "weight's dtype differs across ranks"), (9, TypeError, "bias's dtype differs across ranks"),
+               (12, ValueError, "some ranks record a gradient (grad mode on and an input with requires_grad) and "
+                "others do not: the backward's collective would run on some ranks only")]
     for i, kind, msg in checks:
         if differs(i):
             return msg, kind
@@ -254,8 +267,10 @@ def sharded_rms_norm(x_local, weight_local, eps=1e-6, group=None, *, convention=
             ``t5``, ``olmo2``, ``torch``); statistics in that convention's dtype (float32, or float64 for
             float64 input under ``reference``/``torch``).
         deterministic: all-gather the partials and add them in rank order instead of an all-reduce.
-        check_shapes: agree on shapes, dtypes, eps and options with the other ranks first (one small
-            all-gather per call) so that a mismatch raises on every rank.
+        check_shapes: agree on shapes, dtypes, eps, options and whether a gradient is recorded with the
+            other ranks first (one small all-gather per call) so that a mismatch raises on every rank.
+            ``False`` skips it: a mismatch across ranks then reaches the collectives, which may abort the
+            process or hang (see the module docstring).
 
     Returns:
         This rank's ``(..., d_k)`` slice of y, dtype as the convention's module returns it.
@@ -369,7 +384,8 @@ def _sharded_ln_stats(xf, group, stats, deterministic):
     flat = torch.cat([local.reshape(-1), local.new_tensor([float(width)])])
     gathered = _all_gather(flat, group)
     widths = [int(v) for v in gathered[:, -1].tolist()]
-    mean, m2 = _merge_mean_m2(gathered[:, :-1].reshape((-1,) + tuple(local.shape)), widths)
+    # the rank count, not -1: with 0 rows the gathered tensor is empty and -1 would be ambiguous
+    mean, m2 = _merge_mean_m2(gathered[:, :-1].reshape((gathered.shape[0],) + tuple(local.shape)), widths)
     d = sum(widths)
     return mean, m2 / d, d
 # --8<-- [end:sharded_ln_stats]

@@ -291,7 +291,7 @@ def scale_norm(x, g, eps=1e-5):
         raise ValueError(f"g must hold exactly one value (ScaleNorm has a single scalar gain), got shape {tuple(g.shape)}")
     if g.device != x.device:
         raise ValueError(f"g is on {g.device} but x is on {x.device}")
-    eps = check_eps(eps)
+    eps = check_eps(eps, max_value=torch.finfo(compute_dtype(x)).max)  # clamped in that dtype
     return ScaleNormFunction.apply(x, g, eps)
 # --8<-- [end:scale_norm]
 

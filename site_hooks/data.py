@@ -17,7 +17,7 @@ DATA = REPO / "docs" / "data"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from reference_impl.studies.schemas import DataFileError, check_file, data_files  # noqa: E402
+from reference_impl.studies.schemas import DataFileError, check_file, check_yaml_file, data_files  # noqa: E402,F401
 
 
 @lru_cache(maxsize=None)

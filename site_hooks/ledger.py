@@ -29,10 +29,9 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
 from . import guards
 from .macros import MacroError, expand, macro
+from .data import DataFileError, check_yaml_file
 
 REPO = Path(__file__).resolve().parent.parent
 LEDGER = REPO / "ledger"
@@ -58,13 +57,17 @@ def clear_caches() -> None:
 
 @lru_cache(maxsize=1)
 def _canonical_file() -> dict:
-    """``ledger/claims.yaml`` as a mapping with ``sources``, ``themes`` and ``claims`` (a bare list of claims
-    is read as ``claims`` alone)."""
-    loaded = yaml.safe_load(CANONICAL.read_text()) or []
-    if isinstance(loaded, list):
+    """``ledger/claims.yaml`` as a mapping with ``sources``, ``themes`` and ``claims``, validated against
+    ``ledger_claims.schema.json`` (the data files' JSON Schema machinery): bad UTF-8, bad YAML, a scalar, a
+    claim that is a string or lacks its id fail the build with the file and the field named."""
+    try:
+        loaded = check_yaml_file(CANONICAL, "ledger_claims")
+    except DataFileError as exc:
+        raise MacroError(str(exc)) from exc
+    if isinstance(loaded, list):  # a bare list of claims
         return {"sources": {}, "themes": [], "claims": loaded}
     return {"sources": loaded.get("sources") or {}, "themes": loaded.get("themes") or [],
-            "claims": loaded.get("claims") or []}
+            "claims": loaded["claims"]}
 
 
 def canonical() -> list[dict]:
@@ -97,13 +100,10 @@ def entries() -> tuple[dict, list[str]]:
     found: dict[str, dict] = {}
     for path in ledger_files():
         rel = f"ledger/{path.name}"
-        try:
-            items = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as exc:
-            problems.append(f"{rel}: not valid YAML: {exc}")
-            continue
-        if not isinstance(items, list):
-            problems.append(f"{rel}: must hold a list of entries, got {type(items).__name__}")
+        try:  # structure: ledger_entries.schema.json; cross-references (ids, tests, files): check_entry
+            items = check_yaml_file(path, "ledger_entries")
+        except DataFileError as exc:
+            problems.append(str(exc))
             continue
         for n, entry in enumerate(items):
             where = f"{rel} entry {n}"

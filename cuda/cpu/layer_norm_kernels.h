@@ -2,14 +2,20 @@
 // rms_norm_kernels.h; this header and simd.h are all a copy needs).
 //
 // Forward, per row (the row stays in cache across the passes):
-//   pass 1  mean = sum x / d
-//   pass 2  var = sum (x - mean)^2 / d            (two-pass: no cancellation), rstd = 1 / sqrt(var + eps)
-//   pass 3  y = round_x(((x - mean) * rstd) * w + b)
-// Backward, per row: pass 1 sums g and g * xhat (g = dy * w, xhat = (x - mean) * rstd);
+//   pass 1  m = sum x / d                          (m is off by the rounding errors of the float32 sum)
+//   pass 2  c = sum (x - m) / d and q = sum (x - m)^2 / d in one sweep: c is the correction of the mean,
+//           mean = m + c, var = q - c^2 (exact algebra; no cancellation while c^2 is not far above var)
+//           rstd = 1 / sqrt(var + eps)
+//   pass 3  y = round_x((((x - m) - c) * rstd) * w + b)   (x - m exact for x near m: the error of m
+//           never reaches y, even for a mean a million times the spread)
+//   [a sum that overflowed or underflowed: ln_fwd_row_wide does the row in double instead]
+// Backward, per row: pass 1 sums g and g * xhat (g = dy * w, xhat = (x - mean - c) * rstd, c = sum (x -
+// mean) / d corrects the float32 rounding of the saved mean, summed in the sweep that sums g);
 // pass 2 dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), and dy * xhat, dy added to the float32
 // partial sums of dweight and dbias that the caller reduces in a fixed order (deterministic).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -40,6 +46,37 @@ struct LnBwdArgs {
   bool stream;
 };
 
+// The wide second pass of a row whose float32 sums left the normal range (the mean's sum overflowed,
+// or the sum of squared deviations overflowed or underflowed): mean, variance, rstd and the normalized
+// values in double, each rounded once to float32 before the gain and bias. Returns false, writing nothing,
+// for a row the float32 pass already gets right: one with Inf or NaN, or a constant row (variance 0).
+template <class T, class WT, class BT>
+bool ln_fwd_row_wide(const T* x, T* y, const WT* w, const BT* b, int64_t d, float eps, float* mean, float* rstd) {
+  double s = 0.0;
+  for (int64_t j = 0; j < d; ++j) {
+    const double v = to_f(x[j]);
+    if (!std::isfinite(v)) return false;
+    s += v;
+  }
+  const double mu = s / static_cast<double>(d);
+  double q = 0.0;
+  for (int64_t j = 0; j < d; ++j) {
+    const double c = static_cast<double>(to_f(x[j])) - mu;
+    q += c * c;
+  }
+  if (q == 0.0) return false;
+  const double rs = 1.0 / std::sqrt(q / static_cast<double>(d) + static_cast<double>(eps));
+  *mean = static_cast<float>(mu);
+  *rstd = static_cast<float>(rs);
+  for (int64_t j = 0; j < d; ++j) {
+    float v = static_cast<float>((static_cast<double>(to_f(x[j])) - mu) * rs);
+    if (w) v = v * w[j];
+    if (b) v = v + b[j];
+    y[j] = from_f(v, y);
+  }
+  return true;
+}
+
 // The row lambdas return vector registers; GCC notes that their ABI differs without AVX, but every call
 // is inlined into V::run (compiled for V's instruction set), so no such value crosses a function boundary.
 #pragma GCC diagnostic push
@@ -56,17 +93,26 @@ void ln_fwd_rows(const LnFwdArgs& a, int64_t r0, int64_t r1) {
     const T* x = static_cast<const T*>(a.x) + i * d;
     T* y = static_cast<T*>(a.y) + i * d;
     const float mu = row_sum<V>(d, [&](auto q, int64_t j) { return decltype(q)::load(x + j); }) / fd;
-    const float var = row_sum<V>(d, [&](auto q, int64_t j) {
-      using Q = decltype(q);
-      auto c = Q::sub(Q::load(x + j), Q::set1(mu));
-      return Q::mul(c, c);
-    }) / fd;
+    float sc, sq;  // sum (x - mu) and sum (x - mu)^2
+    row_sum2<V>(
+        d, [&](auto q, int64_t j) { return decltype(q)::sub(decltype(q)::load(x + j), decltype(q)::set1(mu)); },
+        [&](auto q, int64_t j) {
+          using Q = decltype(q);
+          auto c = Q::sub(Q::load(x + j), Q::set1(mu));
+          return Q::mul(c, c);
+        },
+        sc, sq);
+    if (__builtin_expect(sum_out_of_range(sq) || !std::isfinite(mu), 0) &&
+        ln_fwd_row_wide<T, WT, BT>(x, y, w, b, d, a.eps, a.mean + i, a.rstd + i))
+      continue;
+    const float c = sc / fd;  // the correction of the mean
+    const float var = std::max(sq / fd - c * c, 0.0f);
     const float rs = 1.0f / std::sqrt(var + a.eps);
-    a.mean[i] = mu;
+    a.mean[i] = mu + c;
     a.rstd[i] = rs;
     row_store<V>(y, d, a.stream, [&](auto q, int64_t j) {
       using Q = decltype(q);
-      auto v = Q::mul(Q::sub(Q::load(x + j), Q::set1(mu)), Q::set1(rs));
+      auto v = Q::mul(Q::sub(Q::sub(Q::load(x + j), Q::set1(mu)), Q::set1(c)), Q::set1(rs));
       if (w) v = Q::mul(v, Q::load(w + j));
       if (b) v = Q::add(v, Q::load(b + j));
       return v;
@@ -93,11 +139,15 @@ void ln_bwd_rows(const LnBwdArgs& a, int64_t r0, int64_t r1, float* part) {
       using Q = decltype(q);
       return w ? Q::mul(Q::load(dy + j), Q::load(w + j)) : Q::load(dy + j);
     };
+    float sg, sc;  // sum g, and sum (x - mean): the saved mean is rounded to float32, corrected again here
+    row_sum2<V>(d, g, [&](auto q, int64_t j) { return decltype(q)::sub(decltype(q)::load(x + j), decltype(q)::set1(mu)); },
+                sg, sc);
+    const float c = std::isfinite(sc) ? sc / fd : 0.0f;
     auto xhat = [&](auto q, int64_t j) {
       using Q = decltype(q);
-      return Q::mul(Q::sub(Q::load(x + j), Q::set1(mu)), Q::set1(rs));
+      return Q::mul(Q::sub(Q::sub(Q::load(x + j), Q::set1(mu)), Q::set1(c)), Q::set1(rs));
     };
-    const float mg = row_sum<V>(d, g) / fd;
+    const float mg = sg / fd;
     const float mgx = row_sum<V>(d, [&](auto q, int64_t j) { return decltype(q)::mul(g(q, j), xhat(q, j)); }) / fd;
     row_store<V>(dx, d, a.stream, [&](auto q, int64_t j) {
       using Q = decltype(q);

@@ -8,6 +8,7 @@
 //   [residual]  h = round_x(x + residual), stored as residual_out
 //   pass 1      s = sum h^2                     (fp32, fixed summation order)
 //               rstd = 1 / sqrt(s / d + eps)     (the only value saved for backward besides the input)
+//               [s overflowed or underflowed: rms_fwd_row_wide does the row in double instead]
 //   pass 2      y = round_x(round_x(h * rstd) * w)       convention 0, Llama
 //               y = round_x((h * rstd) * (1 + w))        convention 1, Gemma
 //               y = round_x(h * rstd)                    no weight
@@ -46,6 +47,34 @@ struct RmsBwdArgs {
   bool stream;
 };
 
+// The wide second pass of a row whose float32 sum of squares left the normal range (sum_out_of_range):
+// the sum, rstd and h * rstd in double (which holds the square of every float32), each product rounded
+// once to float32, then the convention's casts. Returns false, writing nothing, for a row the float32
+// pass already gets right: one with Inf or NaN (they propagate as before) or all zeros. The saved rstd is
+// rounded to float32; it overflows only when eps = 0 and every |h| is below about 1e-38.
+template <class T, class WT>
+bool rms_fwd_row_wide(const T* h, T* y, const WT* w, int64_t d, float eps, int convention, float* rstd) {
+  double ss = 0.0;
+  for (int64_t j = 0; j < d; ++j) {
+    const double v = to_f(h[j]);
+    if (!std::isfinite(v)) return false;
+    ss += v * v;
+  }
+  if (ss == 0.0) return false;
+  const double rs = 1.0 / std::sqrt(ss / static_cast<double>(d) + static_cast<double>(eps));
+  *rstd = static_cast<float>(rs);
+  for (int64_t j = 0; j < d; ++j) {
+    const float t = static_cast<float>(static_cast<double>(to_f(h[j])) * rs);
+    if (!w)
+      y[j] = from_f(t, y);
+    else if (convention == 0)
+      y[j] = from_f(to_f(from_f(t, y)) * w[j], y);
+    else
+      y[j] = from_f(t * (1.0f + w[j]), y);
+  }
+  return true;
+}
+
 // The row lambdas return vector registers; GCC notes that their ABI differs without AVX, but every call
 // is inlined into V::run (compiled for V's instruction set), so no such value crosses a function boundary.
 #pragma GCC diagnostic push
@@ -73,6 +102,9 @@ void rms_fwd_rows(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
       auto v = Q::load(h + j);
       return Q::mul(v, v);
     });  // the squares are rounded before the add in every lane and in the tail alike
+    if (__builtin_expect(sum_out_of_range(ss), 0) &&
+        rms_fwd_row_wide<T, WT>(h, y, w, d, a.eps, a.convention, a.rstd + i))
+      continue;
     const float rs = 1.0f / std::sqrt(ss / static_cast<float>(d) + a.eps);
     a.rstd[i] = rs;
     if (!w) {

@@ -272,14 +272,52 @@ inline float row_sum(int64_t d, F&& term) {
   return s;
 }
 
+// Two sums over one row in one sweep, each in row_sum's order (the same bits as two row_sum calls).
+template <class V, class F, class G>
+inline void row_sum2(int64_t d, F&& f, G&& g, float& sf, float& sg) {
+  constexpr int W = V::W;
+  typename V::R a0 = V::zero(), a1 = V::zero(), a2 = V::zero(), a3 = V::zero();
+  typename V::R b0 = V::zero(), b1 = V::zero(), b2 = V::zero(), b3 = V::zero();
+  int64_t j = 0;
+  for (; j + 4 * W <= d; j += 4 * W) {
+    a0 = V::add(a0, f(V{}, j));
+    b0 = V::add(b0, g(V{}, j));
+    a1 = V::add(a1, f(V{}, j + W));
+    b1 = V::add(b1, g(V{}, j + W));
+    a2 = V::add(a2, f(V{}, j + 2 * W));
+    b2 = V::add(b2, g(V{}, j + 2 * W));
+    a3 = V::add(a3, f(V{}, j + 3 * W));
+    b3 = V::add(b3, g(V{}, j + 3 * W));
+  }
+  for (; j + W <= d; j += W) {
+    a0 = V::add(a0, f(V{}, j));
+    b0 = V::add(b0, g(V{}, j));
+  }
+  sf = V::hsum(V::add(V::add(a0, a1), V::add(a2, a3)));
+  sg = V::hsum(V::add(V::add(b0, b1), V::add(b2, b3)));
+  for (; j < d; ++j) {
+    sf += f(S{}, j);
+    sg += g(S{}, j);
+  }
+}
+
+// A float32 sum of squares outside the normal range: it overflowed (elements above about 1.8e19 in
+// magnitude) or underflowed to zero or to subnormals (all elements below about 1e-19). Such rows (and
+// rows with Inf or NaN, which the wide pass hands back) take a second pass in double precision; every
+// other row pays this one comparison.
+inline bool sum_out_of_range(float s) { return !(s >= 1.17549435e-38f && s <= 3.40282347e38f); }
+
 // out[j] = value(q, j) for a row of d elements. With `stream`, the few elements before the first 64-byte
 // boundary go one by one and the rest with non-temporal vector stores. Element-wise results do not depend
-// on which path computed them, so the split may depend on the address.
+// on which path computed them, so the split may depend on the address. An output whose address is not a
+// multiple of the element size (a view at an odd byte offset: torch.frombuffer, a memory-mapped file with
+// an odd header) never reaches a 64-byte boundary, and a streaming store there faults: it gets the
+// unaligned ordinary stores instead.
 template <class V, class T, class F>
 inline void row_store(T* out, int64_t d, bool stream, F&& value) {
   constexpr int W = V::W;
   int64_t j = 0;
-  if (stream && W > 1) {
+  if (stream && W > 1 && reinterpret_cast<uintptr_t>(out) % sizeof(T) == 0) {
     const int64_t off = static_cast<int64_t>(reinterpret_cast<uintptr_t>(out) & 63) / int64_t(sizeof(T));
     const int64_t head = off ? std::min<int64_t>(d, 64 / int64_t(sizeof(T)) - off) : 0;
     for (; j < head; ++j) S::store(out + j, value(S{}, j));

@@ -54,6 +54,61 @@ __device__ __forceinline__ float row_rstd(float sum_sq, int d, float eps) {
 }
 // --8<-- [end:row_rstd]
 
+// A row's fp32 sum of squares outside the normal range: it overflowed (elements above about 1.8e19) or
+// underflowed to zero or subnormals (elements below about 1e-19). Such rows take a wide second pass
+// (wide_rms_rstd, wide_ln_stats); every other row pays this one comparison.
+__device__ __forceinline__ bool sum_out_of_range(float s) { return !(s >= 1.17549435e-38f && s <= 3.40282347e38f); }
+
+// The wide pass of RMSNorm for the rare rows above: thread 0 sums the row's squares in double (which
+// holds the square of every float), every thread receives 1 / sqrt(sum / d + eps) in double, or 0 when
+// the fp32 result stands (a row with Inf or NaN, which propagate as before, or all zeros). The condition
+// is uniform over the block (it tests a block_sum result), so every thread calls it: it has barriers.
+template <typename T>
+__device__ double wide_rms_rstd(const T* row, int d, float eps) {
+  __shared__ double result;
+  if (threadIdx.x == 0) {
+    double ss = 0.0, bad = 0.0;
+    for (int j = 0; j < d; ++j) {
+      const double v = to_f(row[j]);
+      bad += v - v;  // NaN once an element is Inf or NaN
+      ss += v * v;
+    }
+    result = (bad == 0.0 && ss > 0.0) ? 1.0 / sqrt(ss / d + static_cast<double>(eps)) : 0.0;
+  }
+  __syncthreads();
+  const double r = result;
+  __syncthreads();  // everyone has read it before a later row's thread 0 writes it again
+  return r;
+}
+
+// The same for LayerNorm: mean and rstd in double (rstd 0 when the fp32 result stands: Inf or NaN in the
+// row, or a constant row).
+template <typename T>
+__device__ double wide_ln_stats(const T* row, int d, float eps, double* mean) {
+  __shared__ double result[2];
+  if (threadIdx.x == 0) {
+    double s = 0.0, bad = 0.0;
+    for (int j = 0; j < d; ++j) {
+      const double v = to_f(row[j]);
+      bad += v - v;
+      s += v;
+    }
+    const double mu = s / d;
+    double q = 0.0;
+    for (int j = 0; j < d; ++j) {
+      const double c = to_f(row[j]) - mu;
+      q += c * c;
+    }
+    result[0] = mu;
+    result[1] = (bad == 0.0 && q > 0.0) ? 1.0 / sqrt(q / d + static_cast<double>(eps)) : 0.0;
+  }
+  __syncthreads();
+  *mean = result[0];
+  const double r = result[1];
+  __syncthreads();
+  return r;
+}
+
 // --8<-- [start:warp_sum]
 // Sum over the first `lanes` lanes of the calling warp (1 <= lanes <= 32); the result is in lane 0.
 // A block whose size is not a multiple of 32 has a partial last warp: its missing lanes must not be

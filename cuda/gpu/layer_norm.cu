@@ -17,18 +17,28 @@ __device__ __forceinline__ float add_values(const Vec<T, VEC>& a, float s) {
   return s;
 }
 
+// (x, sum) -> sum of (x - mean) and of (x - mean)^2: the correction of the mean and the second moment.
 template <typename T, int VEC>
-__device__ __forceinline__ float add_centred_squares(const Vec<T, VEC>& a, float mean, float s) {
+__device__ __forceinline__ float2 add_centred(const Vec<T, VEC>& a, float mean, float2 s) {
 #pragma unroll
   for (int k = 0; k < VEC; ++k) {
     const float c = to_f(a.v[k]) - mean;
-    s = fmaf(c, c, s);
+    s.x += c;
+    s.y = fmaf(c, c, s.y);
   }
   return s;
 }
 
-template <typename T, typename W, int VEC>
-__device__ __forceinline__ Vec<T, VEC> ln_out(const Vec<T, VEC>& a, float mean, float r, const Vec<W, VEC>* wv,
+// ((x - mean) - c) * r in fp32 (x - mean is exact for x near the mean, c the mean's correction), or, in the
+// wide pass (R = double, c = 0, mean in double), (x - mean) * r in double rounded once to fp32.
+template <typename M>
+__device__ __forceinline__ float centred(float v, M mean, float c, float r) { return ((v - mean) - c) * r; }
+__device__ __forceinline__ float centred(float v, double mean, float, double r) {
+  return static_cast<float>((static_cast<double>(v) - mean) * r);
+}
+
+template <typename T, typename W, int VEC, typename M = float, typename R = float>
+__device__ __forceinline__ Vec<T, VEC> ln_out(const Vec<T, VEC>& a, M mean, float c, R r, const Vec<W, VEC>* wv,
                                               const Vec<W, VEC>* bv, int vi) {
   Vec<T, VEC> out;
   Vec<W, VEC> wk, bk;
@@ -36,7 +46,7 @@ __device__ __forceinline__ Vec<T, VEC> ln_out(const Vec<T, VEC>& a, float mean, 
   if (bv != nullptr) bk = bv[vi];
 #pragma unroll
   for (int k = 0; k < VEC; ++k) {
-    float v = (to_f(a.v[k]) - mean) * r;
+    float v = centred(to_f(a.v[k]), mean, c, r);
     if (wv != nullptr) v *= to_f(wk.v[k]);
     if (bv != nullptr) v += to_f(bk.v[k]);
     out.v[k] = from_f<T>(v);
@@ -45,9 +55,11 @@ __device__ __forceinline__ Vec<T, VEC> ln_out(const Vec<T, VEC>& a, float mean, 
 }
 
 // --8<-- [start:ln_fwd]
-// The RMSNorm version 4 structure with a two-pass variance: the mean first, then the mean of squared
-// deviations from the row held in registers (no cancellation, no extra memory traffic). One more
-// block_sum than RMSNorm, and one subtraction per element. Long rows stream and read x three times.
+// The RMSNorm version 4 structure with a two-pass variance: the mean m first, then, from the row held in
+// registers, c = mean(x - m) (the correction of the rounded mean) and q = mean((x - m)^2) in one
+// reduction (no cancellation, no extra memory traffic): mean = m + c, var = q - c^2. One more block
+// reduction than RMSNorm, and two subtractions per element. Long rows stream and read x three times.
+// A sum that overflowed or underflowed sends the row through wide_ln_stats (double) instead.
 template <typename T, typename W, int VEC>
 __global__ void __launch_bounds__(kMaxThreads)
 ln_fwd_kernel(T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
@@ -55,6 +67,7 @@ ln_fwd_kernel(T* __restrict__ y, float* __restrict__ mean_out, float* __restrict
   using VT = Vec<T, VEC>;
   using VW = Vec<W, VEC>;
   __shared__ float red[33];
+  __shared__ float2 red2[33];
   const long long base = static_cast<long long>(blockIdx.x) * d;
   const int nvec = d / VEC;
   const VT* xv = reinterpret_cast<const VT*>(x + base);
@@ -62,6 +75,18 @@ ln_fwd_kernel(T* __restrict__ y, float* __restrict__ mean_out, float* __restrict
   const VW* wv = reinterpret_cast<const VW*>(w);
   const VW* bv = reinterpret_cast<const VW*>(b);
   const float fd = static_cast<float>(d);
+  // (c, var, rstd) from the two sums, or the wide pass's double mean and rstd (wr > 0) for a rare row
+  float c = 0.0f, r = 0.0f;
+  double wmean = 0.0, wr = 0.0;
+  auto stats = [&](float mean, float2 tot) {
+    if (sum_out_of_range(tot.y) || !(fabsf(mean) <= 3.40282347e38f)) wr = wide_ln_stats(x + base, d, eps, &wmean);
+    c = __fdiv_rn(tot.x, fd);
+    r = wr > 0.0 ? static_cast<float>(wr) : __frsqrt_rn(fmaxf(__fdiv_rn(tot.y, fd) - c * c, 0.0f) + eps);
+    if (threadIdx.x == 0) {
+      mean_out[blockIdx.x] = wr > 0.0 ? static_cast<float>(wmean) : mean + c;
+      rstd_out[blockIdx.x] = r;
+    }
+  };
   if (nvec <= kFwdItems * static_cast<int>(blockDim.x)) {
     VT reg[kFwdItems];
     float s = 0.0f;
@@ -74,34 +99,30 @@ ln_fwd_kernel(T* __restrict__ y, float* __restrict__ mean_out, float* __restrict
       }
     }
     const float mean = __fdiv_rn(block_sum(s, red), fd);
-    float ss = 0.0f;
+    float2 cs = make_float2(0.0f, 0.0f);
 #pragma unroll
     for (int i = 0; i < kFwdItems; ++i) {
       const int vi = threadIdx.x + i * blockDim.x;
-      if (vi < nvec) ss = add_centred_squares(reg[i], mean, ss);
+      if (vi < nvec) cs = add_centred(reg[i], mean, cs);
     }
-    const float r = __frsqrt_rn(__fdiv_rn(block_sum(ss, red), fd) + eps);
-    if (threadIdx.x == 0) {
-      mean_out[blockIdx.x] = mean;
-      rstd_out[blockIdx.x] = r;
-    }
+    stats(mean, block_sum2(cs, red2));
 #pragma unroll
     for (int i = 0; i < kFwdItems; ++i) {
       const int vi = threadIdx.x + i * blockDim.x;
-      if (vi < nvec) yv[vi] = ln_out<T, W, VEC>(reg[i], mean, r, wv, bv, vi);
+      if (vi < nvec)
+        yv[vi] = wr > 0.0 ? ln_out<T, W, VEC>(reg[i], wmean, 0.0f, wr, wv, bv, vi)
+                          : ln_out<T, W, VEC>(reg[i], mean, c, r, wv, bv, vi);
     }
   } else {
     float s = 0.0f;
     for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) s = add_values(xv[vi], s);
     const float mean = __fdiv_rn(block_sum(s, red), fd);
-    float ss = 0.0f;
-    for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) ss = add_centred_squares(xv[vi], mean, ss);
-    const float r = __frsqrt_rn(__fdiv_rn(block_sum(ss, red), fd) + eps);
-    if (threadIdx.x == 0) {
-      mean_out[blockIdx.x] = mean;
-      rstd_out[blockIdx.x] = r;
-    }
-    for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) yv[vi] = ln_out<T, W, VEC>(xv[vi], mean, r, wv, bv, vi);
+    float2 cs = make_float2(0.0f, 0.0f);
+    for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) cs = add_centred(xv[vi], mean, cs);
+    stats(mean, block_sum2(cs, red2));
+    for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x)
+      yv[vi] = wr > 0.0 ? ln_out<T, W, VEC>(xv[vi], wmean, 0.0f, wr, wv, bv, vi)
+                        : ln_out<T, W, VEC>(xv[vi], mean, c, r, wv, bv, vi);
   }
 }
 // --8<-- [end:ln_fwd]

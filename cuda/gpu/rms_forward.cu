@@ -24,23 +24,27 @@ __device__ __forceinline__ Vec<T, VEC> add_round(const Vec<T, VEC>& a, const Vec
   return h;
 }
 
+// x * r: in fp32, or (the wide pass, R = double) in double rounded once to fp32.
+__device__ __forceinline__ float scaled(float v, float r) { return v * r; }
+__device__ __forceinline__ float scaled(float v, double r) { return static_cast<float>(static_cast<double>(v) * r); }
+
 // The output vector: llama rounds x * rstd to T before the weight, gemma multiplies by (1 + w) in fp32.
-template <typename T, typename W, int VEC>
-__device__ __forceinline__ Vec<T, VEC> normalize(const Vec<T, VEC>& a, float r, const Vec<W, VEC>* wv, int vi,
+template <typename T, typename W, int VEC, typename R = float>
+__device__ __forceinline__ Vec<T, VEC> normalize(const Vec<T, VEC>& a, R r, const Vec<W, VEC>* wv, int vi,
                                                  int convention) {
   Vec<T, VEC> out;
   if (wv == nullptr) {
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) out.v[k] = from_f<T>(to_f(a.v[k]) * r);
+    for (int k = 0; k < VEC; ++k) out.v[k] = from_f<T>(scaled(to_f(a.v[k]), r));
     return out;
   }
   const Vec<W, VEC> wk = wv[vi];
   if (convention == 0) {
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) out.v[k] = from_f<T>(to_f(from_f<T>(to_f(a.v[k]) * r)) * to_f(wk.v[k]));
+    for (int k = 0; k < VEC; ++k) out.v[k] = from_f<T>(to_f(from_f<T>(scaled(to_f(a.v[k]), r))) * to_f(wk.v[k]));
   } else {
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) out.v[k] = from_f<T>(to_f(a.v[k]) * r * (1.0f + to_f(wk.v[k])));
+    for (int k = 0; k < VEC; ++k) out.v[k] = from_f<T>(scaled(to_f(a.v[k]), r) * (1.0f + to_f(wk.v[k])));
   }
   return out;
 }
@@ -97,12 +101,17 @@ rms_fwd_v45(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd, 
         ss = add_squares(a, ss);
       }
     }
-    const float r = row_rstd(block_sum(ss, red), d, eps);
+    const float tot = block_sum(ss, red);
+    // a sum that overflowed or underflowed: the row again in double (rare; 0 when fp32 stands)
+    const double rw = sum_out_of_range(tot) ? wide_rms_rstd(RESIDUAL ? h_out + base : x + base, d, eps) : 0.0;
+    const float r = rw > 0.0 ? static_cast<float>(rw) : row_rstd(tot, d, eps);
     if (threadIdx.x == 0) rstd[blockIdx.x] = r;
 #pragma unroll
     for (int i = 0; i < kFwdItems; ++i) {
       const int vi = threadIdx.x + i * blockDim.x;
-      if (vi < nvec) yv[vi] = normalize<T, W, VEC>(reg[i], r, wv, vi, convention);
+      if (vi < nvec)
+        yv[vi] = rw > 0.0 ? normalize<T, W, VEC>(reg[i], rw, wv, vi, convention)
+                          : normalize<T, W, VEC>(reg[i], r, wv, vi, convention);
     }
   } else {
     // Streaming path for rows too long for registers: the second loop reads the row again (x, or the h
@@ -116,12 +125,14 @@ rms_fwd_v45(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd, 
       }
       ss = add_squares(a, ss);
     }
-    const float r = row_rstd(block_sum(ss, red), d, eps);
+    const float tot = block_sum(ss, red);
+    const double rw = sum_out_of_range(tot) ? wide_rms_rstd(RESIDUAL ? h_out + base : x + base, d, eps) : 0.0;
+    const float r = rw > 0.0 ? static_cast<float>(rw) : row_rstd(tot, d, eps);
     if (threadIdx.x == 0) rstd[blockIdx.x] = r;
     for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) {
       VT a;
       if constexpr (RESIDUAL) a = hv[vi]; else a = xv[vi];
-      yv[vi] = normalize<T, W, VEC>(a, r, wv, vi, convention);
+      yv[vi] = rw > 0.0 ? normalize<T, W, VEC>(a, rw, wv, vi, convention) : normalize<T, W, VEC>(a, r, wv, vi, convention);
     }
   }
 }

@@ -15,6 +15,8 @@ Numerics (see ``cuda/ops.cpp`` for the op-level contract):
 - x of dtype float32, bfloat16 or float16 (float64 is refused: use :func:`reference_impl.rms_norm`); the
   weight (and bias) of x's dtype or float32. Statistics and all arithmetic in float32; outputs in x's dtype.
 - eps inside the square root. Forward saves only the per-row ``rstd`` (float32) besides its input.
+- A row whose float32 sum of squares overflows (elements above about 2**64) or underflows (all below about
+  2**-63, which matters with eps = 0) is summed again in double; every other row pays one comparison.
 - RMSNorm conventions: ``"llama"``: ``y = round_x(round_x(x * rstd) * weight)`` (Hugging Face
   ``LlamaRMSNorm``: normalize in fp32, cast to x's dtype, then multiply by the weight);
   ``"gemma"``: ``y = round_x((x * rstd) * (1 + weight))`` computed in fp32 and cast once.
@@ -23,6 +25,9 @@ Numerics (see ``cuda/ops.cpp`` for the op-level contract):
 from __future__ import annotations
 
 import torch
+import torch.autograd.forward_ad as _fwad
+from torch._C._functorch import TransformType as _Transform
+from torch._functorch.pyfunctorch import retrieve_all_functorch_interpreters as _interpreters
 
 from .._checks import check_eps, check_input, check_param
 from . import autograd as _autograd
@@ -138,6 +143,27 @@ if torch.cuda.is_available():
     load_cuda()
 
 
+def _check_transforms(fn: str, *tensors) -> None:
+    """Forward-mode AD (``torch.autograd.forward_ad``, ``torch.func.jvp``) and ``torch.func.grad`` have no
+    rule for the native ops: the first would return a zero or missing tangent, the second an internal
+    message. Raise one error that names the function instead. ``torch.func.vmap`` alone works (PyTorch runs
+    the op once per batch entry); reverse mode (``backward``, ``torch.autograd.grad``) is the op's own."""
+    if torch.compiler.is_compiling():
+        return
+    if _fwad._current_level >= 0 and any(t is not None and _fwad.unpack_dual(t).tangent is not None
+                                         for t in tensors):
+        raise NotImplementedError(
+            f"{fn} does not support forward-mode AD (torch.autograd.forward_ad, torch.func.jvp): its native "
+            "kernels have no tangent rule. Use reference_impl.rms_norm / layer_norm (plain PyTorch ops), or "
+            "reverse mode (backward, torch.autograd.grad)")
+    kinds = {i.key() for i in _interpreters()}
+    if kinds & {_Transform.Grad, _Transform.Jvp}:
+        raise NotImplementedError(
+            f"{fn} does not support torch.func.grad / jvp / jacrev / jacfwd / hessian: its native kernels have "
+            "no functorch rule. Use reference_impl.rms_norm / layer_norm (plain PyTorch ops) inside torch.func "
+            "transforms, or torch.autograd.grad outside them (torch.func.vmap alone works)")
+
+
 def _check_fused_input(x, fn: str) -> None:
     check_input(x)
     if x.dtype not in SUPPORTED_DTYPES:
@@ -219,11 +245,14 @@ def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: flo
             ``out``/``residual_out`` of the wrong shape or device, non-contiguous, sharing memory with an
             input, or used while grad mode is on and an input requires grad; ``residual_out`` without
             ``residual``.
+        NotImplementedError: forward-mode AD (``torch.autograd.forward_ad``, ``torch.func.jvp``) or
+            ``torch.func.grad`` and the transforms built on it; ``torch.func.vmap`` works.
         reference_impl.ops.build.NativeBuildError: the native library cannot be built (no C++ compiler).
     """
     _check_fused_input(x, "fused_rms_norm")
+    _check_transforms("fused_rms_norm", x, weight, residual)
     _check_fused_param(weight, x, "weight")
-    eps = check_eps(eps, max_value=_FLOAT32_MAX)
+    eps = check_eps(eps, max_value=_FLOAT32_MAX, checked_by_op=True)
     if not isinstance(convention, str):
         raise TypeError(f"convention must be a string, got {type(convention).__name__}")
     if convention not in CONVENTIONS:
@@ -262,7 +291,10 @@ def fused_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: 
                      eps: float = 1e-5, *, out: torch.Tensor | None = None) -> torch.Tensor:
     """Fused LayerNorm over the last dimension: ``round_x(((x - mean) * rstd) * weight + bias)``.
 
-    Two-pass statistics in fp32 (biased variance, as ``torch.nn.functional.layer_norm``). ``x`` float32,
+    Two-pass statistics in fp32 (biased variance, as ``torch.nn.functional.layer_norm``) with one
+    correction step of the mean (``c = mean(x - m)``, output from ``(x - m) - c``), so a mean far above the
+    spread does not leak its rounding into the output; rows whose fp32 sums overflow or underflow are redone
+    in double. ``x`` float32,
     bfloat16 or float16, shape ``(..., d)``; ``weight`` and ``bias`` of shape ``(d,)`` in x's dtype or
     float32, or ``None``. Returns a tensor of x's shape and dtype (``out`` itself when given: keyword-only,
     for inference, as in :func:`fused_rms_norm`), differentiable in ``x``, ``weight`` and ``bias`` to any
@@ -270,9 +302,10 @@ def fused_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: 
     dtype. Errors as :func:`fused_rms_norm`.
     """
     _check_fused_input(x, "fused_layer_norm")
+    _check_transforms("fused_layer_norm", x, weight, bias)
     _check_fused_param(weight, x, "weight")
     _check_fused_param(bias, x, "bias")
-    eps = check_eps(eps, max_value=_FLOAT32_MAX)
+    eps = check_eps(eps, max_value=_FLOAT32_MAX, checked_by_op=True)
     _ensure_device(x)
     args = (x.contiguous(), None if weight is None else weight.contiguous(),
             None if bias is None else bias.contiguous(), eps)

@@ -10,7 +10,10 @@ Same contract as :func:`reference_impl.ops.fused_rms_norm` / :func:`~reference_i
   ``convention="gemma"``: ``y = round_x(h * rstd * (1 + w))`` in fp32 with one cast;
 - optional fused residual add: ``h = round_x(x + residual)`` (sum in fp32, one rounding) is normalized and
   returned as the new residual stream;
-- LayerNorm: ``y = round_x((h - mean) * rstd * w + b)`` with two-pass float32 statistics;
+- LayerNorm: ``y = round_x(((h - m) - c) * rstd * w + b)`` with two-pass float32 statistics: the mean
+  ``m``, then ``c = mean(h - m)`` (one correction step of the rounded mean) and the centred squares;
+- a row whose float32 sum overflows or underflows (elements beyond about 2**64 or, with eps = 0, all below
+  about 2**-63) is scaled by a power of two and summed again (``_wide_rows``); other rows pay one test;
 - dweight (and dbias) deterministic: per-program float32 partial sums over a fixed block of rows, then a
   second kernel that adds the partials of each column in a fixed order. No atomics, no locks.
 
@@ -43,6 +46,7 @@ CONVENTIONS = ("llama", "gemma")
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_SINGLE_BLOCK = 8192   # longest row kept in registers as one tile (elements)
 CHUNK = 4096              # chunk width for longer rows
+_FLOAT32_MAX = torch.finfo(torch.float32).max  # eps is added in float32
 PARTIAL_BLOCK_ROWS = 16   # partial rows the second dweight kernel adds per step
 PARTIAL_BLOCK_COLS = 128  # columns per program of the second dweight kernel
 
@@ -75,9 +79,11 @@ def _load_h(X, RES, H, offs, mask, HAS_RES: tl.constexpr, STORE_H: tl.constexpr,
 
 
 @triton.jit
-def _store_y(Y, W, B, offs, cols, mask, h, mean, rstd, IS_RMS: tl.constexpr, GEMMA: tl.constexpr,
+def _store_y(Y, W, B, offs, cols, mask, h, mean, c, rstd, IS_RMS: tl.constexpr, GEMMA: tl.constexpr,
              HAS_W: tl.constexpr, HAS_B: tl.constexpr, BF16_BY_BITS: tl.constexpr):
-    """Normalize a chunk and apply the gain in the convention's order, then write it in x's dtype."""
+    """Normalize a chunk and apply the gain in the convention's order, then write it in x's dtype.
+    LayerNorm subtracts the float32 mean and then its correction c: h - mean is exact for h near the mean,
+    so the rounding of the mean never reaches y."""
     out_ty = Y.dtype.element_ty
     if IS_RMS:
         xhat = h * rstd
@@ -90,7 +96,7 @@ def _store_y(Y, W, B, offs, cols, mask, h, mean, rstd, IS_RMS: tl.constexpr, GEM
         else:
             y = xhat
     else:
-        y = (h - mean) * rstd
+        y = ((h - mean) - c) * rstd
         if HAS_W:
             y = y * tl.load(W + cols, mask=mask, other=0.0).to(tl.float32)
         if HAS_B:
@@ -99,11 +105,29 @@ def _store_y(Y, W, B, offs, cols, mask, h, mean, rstd, IS_RMS: tl.constexpr, GEM
 
 
 @triton.jit
+def _out_of_range(s):
+    """A float32 sum outside the normal range: overflowed (elements above about 1.8e19), underflowed to
+    zero or subnormals (elements below about 1e-19), or NaN. Such rows take the rescaled second pass."""
+    return (s < 1.1754943508222875e-38) | (s > 3.4028234663852886e38) | (s != s)
+
+
+@triton.jit
+def _pow2_scale(amax):
+    """Powers of two s1, s2 (float32) with amax * s1 * s2 in [0.5, 1): h * s1 * s2 is exact (or an element
+    under 2^-149 of amax flushes to zero, too small to change a sum or an output); sc = s1 * s2 in float64."""
+    k = -(tl.floor(tl.log2(amax.to(tl.float64))) + 1.0)
+    k1 = tl.minimum(tl.maximum(k, -126.0), 126.0)
+    return tl.exp2(k1).to(tl.float32), tl.exp2(k - k1).to(tl.float32), tl.exp2(k)
+
+
+@triton.jit
 def _norm_fwd_kernel(X, RES, W, B, Y, H, MEAN, RSTD, d, d_f, eps,
                      IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
                      HAS_B: tl.constexpr, BLOCK: tl.constexpr, SINGLE: tl.constexpr, BF16_BY_BITS: tl.constexpr):
     """One program per row. SINGLE: the whole row is one tile held in registers (read once); otherwise the
-    row is read in chunks of BLOCK, once per statistic and once for the output."""
+    row is read in chunks of BLOCK, once per statistic and once for the output. LayerNorm: the mean m,
+    then c = mean(h - m) and q = mean((h - m)^2) in one pass; mean = m + c, var = q - c^2. A row whose
+    float32 sum left the normal range (rare) is scaled by a power of two and summed again (_wide_rows)."""
     row = tl.program_id(0).to(tl.int64)
     base = row * d
     if SINGLE:
@@ -112,13 +136,15 @@ def _norm_fwd_kernel(X, RES, W, B, Y, H, MEAN, RSTD, d, d_f, eps,
         h = _load_h(X, RES, H, base + cols, mask, HAS_RES, True, BF16_BY_BITS)
         if IS_RMS:
             mean = 0.0
-            ms = tl.math.div_rn(tl.sum(h * h, axis=0), d_f)
+            c = 0.0
+            s = tl.sum(h * h, axis=0)
+            ms = tl.math.div_rn(s, d_f)
         else:
             mean = tl.math.div_rn(tl.sum(h, axis=0), d_f)
             xc = tl.where(mask, h - mean, 0.0)
-            ms = tl.math.div_rn(tl.sum(xc * xc, axis=0), d_f)
-        rstd = tl.math.div_rn(1.0, tl.sqrt_rn(ms + eps))
-        _store_y(Y, W, B, base + cols, cols, mask, h, mean, rstd, IS_RMS, GEMMA, HAS_W, HAS_B, BF16_BY_BITS)
+            c = tl.math.div_rn(tl.sum(xc, axis=0), d_f)
+            s = tl.sum(xc * xc, axis=0)
+            ms = tl.maximum(tl.math.div_rn(s, d_f) - c * c, 0.0)
     else:
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for start in range(0, d, BLOCK):  # pass 1: sum of squares (RMS) or sum (LN); h is stored here
@@ -131,26 +157,102 @@ def _norm_fwd_kernel(X, RES, W, B, Y, H, MEAN, RSTD, d, d_f, eps,
                 acc += h
         if IS_RMS:
             mean = 0.0
-            ms = tl.math.div_rn(tl.sum(acc, axis=0), d_f)
+            c = 0.0
+            s = tl.sum(acc, axis=0)
+            ms = tl.math.div_rn(s, d_f)
         else:
             mean = tl.math.div_rn(tl.sum(acc, axis=0), d_f)
+            acc1 = tl.zeros([BLOCK], dtype=tl.float32)
             acc2 = tl.zeros([BLOCK], dtype=tl.float32)
-            for start in range(0, d, BLOCK):  # LayerNorm pass 2: centred sum of squares (two-pass variance)
+            for start in range(0, d, BLOCK):  # LayerNorm pass 2: the mean's correction and the centred squares
                 cols = start + tl.arange(0, BLOCK)
                 mask = cols < d
                 h = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS)
                 xc = tl.where(mask, h - mean, 0.0)
+                acc1 += xc
                 acc2 += xc * xc
-            ms = tl.math.div_rn(tl.sum(acc2, axis=0), d_f)
-        rstd = tl.math.div_rn(1.0, tl.sqrt_rn(ms + eps))
-        for start in range(0, d, BLOCK):  # last pass: the output (h recomputed from x and the residual)
+            c = tl.math.div_rn(tl.sum(acc1, axis=0), d_f)
+            s = tl.sum(acc2, axis=0)
+            ms = tl.maximum(tl.math.div_rn(s, d_f) - c * c, 0.0)
+    rstd = tl.math.div_rn(1.0, tl.sqrt_rn(ms + eps))
+    if _out_of_range(s):
+        _wide_rows(X, RES, H, W, B, Y, MEAN, RSTD, row, base, d, d_f, eps, mean, c, rstd, IS_RMS, GEMMA, HAS_RES,
+                   HAS_W, HAS_B, BLOCK, BF16_BY_BITS)
+    else:
+        if SINGLE:
+            _store_y(Y, W, B, base + cols, cols, mask, h, mean, c, rstd, IS_RMS, GEMMA, HAS_W, HAS_B, BF16_BY_BITS)
+        else:
+            for start in range(0, d, BLOCK):  # the output (h recomputed from x and the residual)
+                cols = start + tl.arange(0, BLOCK)
+                mask = cols < d
+                h = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS)
+                _store_y(Y, W, B, base + cols, cols, mask, h, mean, c, rstd, IS_RMS, GEMMA, HAS_W, HAS_B,
+                         BF16_BY_BITS)
+        tl.store(RSTD + row, rstd)
+        if not IS_RMS:
+            tl.store(MEAN + row, mean + c)
+
+
+@triton.jit
+def _wide_rows(X, RES, H, W, B, Y, MEAN, RSTD, row, base, d, d_f, eps, mean, c, rstd,
+               IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
+               HAS_B: tl.constexpr, BLOCK: tl.constexpr, BF16_BY_BITS: tl.constexpr):
+    """The rescaled second pass of a row whose float32 sum overflowed or underflowed: z = h * 2^k with
+    max |z| in [0.5, 1), statistics of z in float32 (they cannot overflow; eps scaled by 2^2k in float64),
+    y = z * rstd_z. A row with Inf or NaN, or of zeros, keeps the float32 result (it is right there)."""
+    amax = tl.zeros([BLOCK], dtype=tl.float32)
+    bad = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, d, BLOCK):
+        cols = start + tl.arange(0, BLOCK)
+        h = _load_h(X, RES, H, base + cols, cols < d, HAS_RES, False, BF16_BY_BITS)
+        amax = tl.maximum(amax, tl.abs(h))
+        bad += h - h  # NaN once an element is Inf or NaN
+    amax_row = tl.max(amax, axis=0)
+    if (amax_row > 0.0) & (amax_row <= 3.4028234663852886e38) & (tl.sum(bad, axis=0) == 0.0):
+        s1, s2, sc = _pow2_scale(amax_row)
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, d, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            z = _load_h(X, RES, H, base + cols, cols < d, HAS_RES, False, BF16_BY_BITS) * s1 * s2
+            if IS_RMS:
+                acc += z * z
+            else:
+                acc += z
+        if IS_RMS:
+            mz = 0.0
+            cz = 0.0
+            vz = tl.sum(acc, axis=0).to(tl.float64) / d_f
+        else:
+            mz = tl.sum(acc, axis=0) / d_f
+            acc1 = tl.zeros([BLOCK], dtype=tl.float32)
+            acc2 = tl.zeros([BLOCK], dtype=tl.float32)
+            for start in range(0, d, BLOCK):
+                cols = start + tl.arange(0, BLOCK)
+                mask = cols < d
+                z = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS) * s1 * s2
+                zc = tl.where(mask, z - mz, 0.0)
+                acc1 += zc
+                acc2 += zc * zc
+            cz = tl.sum(acc1, axis=0) / d_f
+            vz = tl.maximum(tl.sum(acc2, axis=0) / d_f - cz * cz, 0.0).to(tl.float64)
+            tl.store(MEAN + row, ((mz + cz).to(tl.float64) / sc).to(tl.float32))
+        rz = 1.0 / tl.sqrt(vz + eps * sc * sc)
+        for start in range(0, d, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < d
+            z = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS) * s1 * s2
+            _store_y(Y, W, B, base + cols, cols, mask, z, mz, cz, rz.to(tl.float32), IS_RMS, GEMMA, HAS_W, HAS_B,
+                     BF16_BY_BITS)
+        tl.store(RSTD + row, (rz * sc).to(tl.float32))
+    else:
+        for start in range(0, d, BLOCK):
             cols = start + tl.arange(0, BLOCK)
             mask = cols < d
             h = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS)
-            _store_y(Y, W, B, base + cols, cols, mask, h, mean, rstd, IS_RMS, GEMMA, HAS_W, HAS_B, BF16_BY_BITS)
-    tl.store(RSTD + row, rstd)
-    if not IS_RMS:
-        tl.store(MEAN + row, mean)
+            _store_y(Y, W, B, base + cols, cols, mask, h, mean, c, rstd, IS_RMS, GEMMA, HAS_W, HAS_B, BF16_BY_BITS)
+        tl.store(RSTD + row, rstd)
+        if not IS_RMS:
+            tl.store(MEAN + row, mean + c)
 # --8<-- [end:forward]
 
 
@@ -165,14 +267,15 @@ def _gain(W, cols, mask, GEMMA: tl.constexpr):
 
 
 @triton.jit
-def _grad_terms(DY, H, offs, mask, gw, mean, rstd, IS_RMS: tl.constexpr, HAS_W: tl.constexpr):
-    """dy, xhat and g = dy * gain for one chunk, in fp32 (zero outside the row)."""
+def _grad_terms(DY, H, offs, mask, gw, mean, c, rstd, IS_RMS: tl.constexpr, HAS_W: tl.constexpr):
+    """dy, xhat and g = dy * gain for one chunk, in fp32 (zero outside the row). LayerNorm: c = mean(h -
+    mean) corrects the float32 rounding of the saved mean, as in the forward."""
     dy = tl.load(DY + offs, mask=mask, other=0.0).to(tl.float32)
     h = tl.load(H + offs, mask=mask, other=0.0).to(tl.float32)
     if IS_RMS:
         xhat = h * rstd
     else:
-        xhat = tl.where(mask, (h - mean) * rstd, 0.0)
+        xhat = tl.where(mask, ((h - mean) - c) * rstd, 0.0)
     g = dy
     if HAS_W:
         g = dy * gw
@@ -180,16 +283,25 @@ def _grad_terms(DY, H, offs, mask, gw, mean, rstd, IS_RMS: tl.constexpr, HAS_W: 
 
 
 @triton.jit
-def _norm_bwd_row_stats_kernel(DY, H, W, MEAN, RSTD, C1, C2, d, d_f,
+def _norm_bwd_row_stats_kernel(DY, H, W, MEAN, RSTD, C1, C2, C3, d, d_f,
                                IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_W: tl.constexpr,
                                BLOCK: tl.constexpr):
-    """Long rows only: per row, c1 = mean(g * xhat) and (LayerNorm) c2 = mean(g), read in chunks."""
+    """Long rows only: per row, c1 = mean(g * xhat) and (LayerNorm) c2 = mean(g) and c3 = mean(h - mean),
+    the correction of the saved mean (one more pass first), read in chunks."""
     row = tl.program_id(0).to(tl.int64)
     base = row * d
     rstd = tl.load(RSTD + row)
     mean = 0.0
+    c = 0.0
     if not IS_RMS:
         mean = tl.load(MEAN + row)
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+        for start in range(0, d, BLOCK):
+            cols = start + tl.arange(0, BLOCK)
+            mask = cols < d
+            acc += tl.where(mask, tl.load(H + base + cols, mask=mask, other=0.0).to(tl.float32) - mean, 0.0)
+        c = tl.math.div_rn(tl.sum(acc, axis=0), d_f)
+        tl.store(C3 + row, c)
     acc1 = tl.zeros([BLOCK], dtype=tl.float32)
     acc2 = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, d, BLOCK):
@@ -198,7 +310,7 @@ def _norm_bwd_row_stats_kernel(DY, H, W, MEAN, RSTD, C1, C2, d, d_f,
         gw = 1.0
         if HAS_W:
             gw = _gain(W, cols, mask, GEMMA)
-        dy, xhat, g = _grad_terms(DY, H, base + cols, mask, gw, mean, rstd, IS_RMS, HAS_W)
+        dy, xhat, g = _grad_terms(DY, H, base + cols, mask, gw, mean, c, rstd, IS_RMS, HAS_W)
         acc1 += g * xhat
         acc2 += g
     tl.store(C1 + row, tl.math.div_rn(tl.sum(acc1, axis=0), d_f))
@@ -207,7 +319,7 @@ def _norm_bwd_row_stats_kernel(DY, H, W, MEAN, RSTD, C1, C2, d, d_f,
 
 
 @triton.jit
-def _norm_bwd_kernel(DY, H, W, MEAN, RSTD, C1, C2, DX, DWP, DBP, n_rows, d, d_f, rows_per_prog,
+def _norm_bwd_kernel(DY, H, W, MEAN, RSTD, C1, C2, C3, DX, DWP, DBP, n_rows, d, d_f, rows_per_prog,
                      IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
                      BLOCK: tl.constexpr, SINGLE: tl.constexpr, BF16_BY_BITS: tl.constexpr):
     """Program (p, c) owns rows [p * rows_per_prog, (p + 1) * rows_per_prog) and columns chunk c.
@@ -230,10 +342,16 @@ def _norm_bwd_kernel(DY, H, W, MEAN, RSTD, C1, C2, DX, DWP, DBP, n_rows, d, d_f,
         if row < n_rows:
             rstd = tl.load(RSTD + row)
             mean = 0.0
+            c = 0.0
+            offs = row * d + cols
             if not IS_RMS:
                 mean = tl.load(MEAN + row)
-            offs = row * d + cols
-            dy, xhat, g = _grad_terms(DY, H, offs, mask, gw, mean, rstd, IS_RMS, HAS_W)
+                if SINGLE:  # the correction of the saved mean, from the tile
+                    hc = tl.load(H + offs, mask=mask, other=0.0).to(tl.float32)
+                    c = tl.math.div_rn(tl.sum(tl.where(mask, hc - mean, 0.0), axis=0), d_f)
+                else:
+                    c = tl.load(C3 + row)
+            dy, xhat, g = _grad_terms(DY, H, offs, mask, gw, mean, c, rstd, IS_RMS, HAS_W)
             if SINGLE:
                 c1 = tl.math.div_rn(tl.sum(g * xhat, axis=0), d_f)
                 if IS_RMS:
@@ -370,6 +488,20 @@ def _check_like(t, x, name: str):
     return t.contiguous()
 
 
+def _check_stat(s, x, name: str):
+    """A per-row statistic of the forward (rstd, LayerNorm's mean): float32 of shape x.shape[:-1] on x's
+    device. The kernels read one value per row through a raw pointer, so a shorter tensor would be read
+    past its end and another dtype reinterpreted."""
+    if not isinstance(s, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor (the forward's float32 per-row {name}), got {type(s).__name__}")
+    if s.dtype != torch.float32:
+        raise TypeError(f"{name} has dtype {s.dtype}; it must be float32, as the forward returns it")
+    if tuple(s.shape) != tuple(x.shape[:-1]):
+        raise ValueError(f"{name} has shape {tuple(s.shape)}; it must be x.shape[:-1] = {tuple(x.shape[:-1])}")
+    if s.device != x.device:
+        raise ValueError(f"{name} is on {s.device} but x is on {x.device}")
+
+
 def _settings(d: int, block_size):
     """(BLOCK, SINGLE, forward num_warps, backward num_warps) for rows of d elements. block_size forces the
     tile width (a power of two of at least 16); a row longer than the tile is processed in chunks.
@@ -458,14 +590,15 @@ def _bwd(dy, h, weight, has_bias, bias_dtype, mean, rstd, is_rms, gemma, block_s
     dwp = torch.empty((p, d), **f32) if weight is not None else rstd2
     dbp = torch.empty((p, d), **f32) if has_bias else rstd2
     if single:
-        c1 = c2 = rstd2
+        c1 = c2 = c3 = rstd2
     else:
         c1 = torch.empty(n, **f32)
         c2 = torch.empty(n, **f32) if not is_rms else c1
-        _norm_bwd_row_stats_kernel[(n,)](dy2, h2, w, mean2, rstd2, c1, c2, d, float(d), IS_RMS=is_rms,
+        c3 = torch.empty(n, **f32) if not is_rms else c1
+        _norm_bwd_row_stats_kernel[(n,)](dy2, h2, w, mean2, rstd2, c1, c2, c3, d, float(d), IS_RMS=is_rms,
                                          GEMMA=gemma, HAS_W=weight is not None, BLOCK=block, num_warps=nw)
     grid = (p, triton.cdiv(d, block))
-    _norm_bwd_kernel[grid](dy2, h2, w, mean2, rstd2, c1, c2, dx, dwp, dbp, n, d, float(d), rows_per_prog,
+    _norm_bwd_kernel[grid](dy2, h2, w, mean2, rstd2, c1, c2, c3, dx, dwp, dbp, n, d, float(d), rows_per_prog,
                            IS_RMS=is_rms, GEMMA=gemma, HAS_W=weight is not None, HAS_B=has_bias,
                            BLOCK=block, SINGLE=single, BF16_BY_BITS=_bf16_by_bits(h.dtype), num_warps=nw)
     if weight is not None:
@@ -481,7 +614,7 @@ def rms_norm_fwd(x, weight=None, residual=None, eps=1e-6, convention="llama", bl
     without a residual, ``rstd`` float32 of shape ``x.shape[:-1]``."""
     _check_x(x, "rms_norm_fwd")
     _check_p(weight, x, "weight")
-    eps = check_eps(eps)
+    eps = check_eps(eps, max_value=_FLOAT32_MAX)
     gemma = _check_convention(convention)
     if residual is not None:
         residual = _check_like(residual, x, "residual")
@@ -500,6 +633,7 @@ def rms_norm_bwd(dy, h, weight, rstd, convention="llama", block_size=None, num_p
     _check_x(h, "rms_norm_bwd")
     dy = _check_like(dy, h, "dy")
     _check_p(weight, h, "weight")
+    _check_stat(rstd, h, "rstd")
     gemma = _check_convention(convention)
     _settings(h.shape[-1], block_size)
     _num_partials(1, h.device, num_partials)
@@ -514,7 +648,7 @@ def layer_norm_fwd(x, weight=None, bias=None, eps=1e-5, block_size=None):
     _check_x(x, "layer_norm_fwd")
     _check_p(weight, x, "weight")
     _check_p(bias, x, "bias")
-    eps = check_eps(eps)
+    eps = check_eps(eps, max_value=_FLOAT32_MAX)
     _settings(x.shape[-1], block_size)
     _check_device(x)
     y, _, rstd, mean = _fwd(x, weight, bias, None, eps, False, False, block_size)
@@ -527,6 +661,8 @@ def layer_norm_bwd(dy, x, weight, bias, mean, rstd, block_size=None, num_partial
     dy = _check_like(dy, x, "dy")
     _check_p(weight, x, "weight")
     _check_p(bias, x, "bias")
+    _check_stat(mean, x, "mean")
+    _check_stat(rstd, x, "rstd")
     _settings(x.shape[-1], block_size)
     _num_partials(1, x.device, num_partials)
     _check_device(x)
@@ -611,7 +747,7 @@ def triton_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: fl
     """
     _check_x(x, "triton_rms_norm")
     _check_p(weight, x, "weight")
-    eps = check_eps(eps)
+    eps = check_eps(eps, max_value=_FLOAT32_MAX)
     _check_convention(convention)
     if residual is not None:
         residual = _check_like(residual, x, "residual")
@@ -631,7 +767,7 @@ def triton_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias:
     _check_x(x, "triton_layer_norm")
     _check_p(weight, x, "weight")
     _check_p(bias, x, "bias")
-    eps = check_eps(eps)
+    eps = check_eps(eps, max_value=_FLOAT32_MAX)
     _settings(x.shape[-1], block_size)
     _check_device(x)
     return TritonLayerNormFunction.apply(x, weight, bias, eps, block_size)

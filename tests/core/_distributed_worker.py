@@ -140,6 +140,8 @@ def _errors(rank, p):
         ("sp_ndim_differ", lambda: D.sequence_parallel_rms_norm(full if rank == 0 else full.reshape(2, 2, -1), None)),
         ("sp_weight_length", lambda: D.sequence_parallel_layer_norm(full, torch.ones(D_TOTAL - 1), None)),
         ("no_check_bad_eps", lambda: D.sharded_rms_norm(x, w, -1.0, check_shapes=False)),
+        ("requires_grad_differ", lambda: D.sharded_rms_norm(x.clone().requires_grad_(rank == 0), w)),
+        ("ln_requires_grad_differ", lambda: ln(x, w.clone().requires_grad_(last), None, stats="welford")),
         ("group_not_a_group", lambda: D.sharded_rms_norm(x, w, 1e-6, "world")),
     ]
 
@@ -172,6 +174,9 @@ def job(rank: int, world: int, out_dir: str) -> None:
         x = (off + torch.randn(6, D_TOTAL, generator=g, dtype=torch.float64)).float()
         res["large_mean"][off] = {s: D.sharded_layer_norm(x[:, lo:hi].contiguous(), None, None, 1e-5, stats=s)
                                   for s in ("sums", "welford")}
+    # a batch of 0 rows is valid for every statistics method (an empty result of the right shape)
+    res["zero_rows"] = {s: D.sharded_layer_norm(torch.randn(0, hi - lo), None, None, 1e-5, stats=s)
+                        for s in ("sums", "welford")}
     head_dim, heads = 4, [2, 1, 3, 2][:world] if world == 4 else [3, 2]   # heads split unevenly
     g = torch.Generator().manual_seed(21)
     q = torch.randn(2, 3, sum(heads) * head_dim, generator=g).to(BF16)

@@ -320,7 +320,7 @@ def test_deterministic_mode_is_a_rank_order_float32_sum(job, p, name):
 def test_bytes_per_row_match_the_registry(job, p):
     """Bytes handed to the collectives (CommRecorder, ring model), at two row counts: the per-row part equals
     the registry's count at this p exactly; what is left per call is the one float32 that carries d (all-
-    reduced, or all-gathered), and the input check's all-gather of 12 int64 per rank."""
+    reduced, or all-gathered), and the input check's all-gather of 13 int64 per rank."""
     measured = B.add_formulas(job(p)[0]["bytes"], p)
     ar, ag = 2 * (p - 1) / p, (p - 1) / p
     per_call = {"sharded_rms": ar * 4, "sharded_rms_deterministic": ag * 4 * p, "sharded_ln_sums": ar * 4,
@@ -330,7 +330,7 @@ def test_bytes_per_row_match_the_registry(job, p):
         assert measured[name]["per_call"] == pytest.approx(per_call[name], abs=1e-9), name
     for name in B.SP_BYTE_METHODS:   # per step, whatever the number of rows
         assert measured[name]["per_step"] == [measured[name]["formula"]] * 2, (name, measured[name])
-    assert measured["check_shapes_per_call"] == pytest.approx(ag * 12 * 8 * p)
+    assert measured["check_shapes_per_call"] == pytest.approx(ag * 13 * 8 * p)
     # RMSNorm sends half of LayerNorm's sums, and far less than gathering the row (d = 4096, bf16, p = 8)
     reg = symbolic.registry()
     pp = symbolic.sp.Symbol("p", integer=True, positive=True)
@@ -395,7 +395,17 @@ ERRORS = {  # scenario: (exception type, text it names, same message on every ra
     "sp_weight_length": ("ValueError", "weight has shape", True),
     "no_check_bad_eps": ("ValueError", "eps must be non-negative", True),
     "group_not_a_group": ("TypeError", "ProcessGroup", True),
+    "requires_grad_differ": ("ValueError", "record a gradient", True),
+    "ln_requires_grad_differ": ("ValueError", "record a gradient", True),
 }
+
+
+@pytest.mark.parametrize("p", WORLDS)
+def test_a_batch_of_zero_rows_is_an_empty_result_for_both_statistics(job, p):
+    """sharded_layer_norm of a (0, d_k) shard returns a (0, d_k) tensor with stats="sums" and "welford"."""
+    for k, r in enumerate(job(p)):
+        for stats, y in r["zero_rows"].items():
+            assert y.dim() == 2 and y.shape[0] == 0 and y.shape[1] >= 1, (stats, k, y.shape)
 
 
 @pytest.mark.parametrize("p", WORLDS)

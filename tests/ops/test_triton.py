@@ -539,7 +539,7 @@ def test_matches_the_cuda_op_on_the_gpu():
 
 def _sig(kernel, dtype, **const):
     """A compile signature: pointers to dtype for the data, fp32 for statistics and partials."""
-    f32 = {"MEAN", "RSTD", "C1", "C2", "DWP", "DBP", "PART"}
+    f32 = {"MEAN", "RSTD", "C1", "C2", "C3", "DWP", "DBP", "PART"}
     ints = {"d", "n", "n_rows", "n_part", "rows_per_prog"}
     sig = {}
     for name in kernel.arg_names:

@@ -64,20 +64,127 @@ def check_data(data, name: str, where: str) -> None:
         raise DataFileError(f"{where} does not match {_rel(schema_path(name))}:\n" + "\n".join(lines) + more)
 
 
+def _read_text(path: Path, where: str) -> str:
+    """The file as text: strict UTF-8, an error naming the file and the first bad byte otherwise."""
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise DataFileError(f"{where}: cannot be read ({exc.strerror or exc})") from exc
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[:exc.start].count(b"\n") + 1
+        raise DataFileError(f"{where} is not valid UTF-8: byte {exc.start} (line {line}) is "
+                            f"{raw[exc.start:exc.start + 1]!r} ({exc.reason})") from None
+
+
+class _Bad:
+    """Marks a value the JSON text may not hold (NaN, Infinity) until the walk below finds its path."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+
+class _Pairs(dict):
+    """A JSON object that remembers the keys its text repeated (json.loads keeps the last one silently)."""
+
+    duplicates: tuple = ()
+
+
+def _pairs(items):
+    out = _Pairs(items)
+    seen: set = set()
+    out.duplicates = tuple(k for k, _ in items if k in seen or seen.add(k))
+    return out
+
+
+def _walk_for_problems(node, path=()):
+    """(dotted path, problem) of the first NaN/Infinity or repeated key in parsed data."""
+    where = ".".join(str(p) for p in path) or "(top level)"
+    if isinstance(node, _Bad):
+        return where, f"{node.what} is not a number JSON allows (a measurement that failed?)"
+    if isinstance(node, _Pairs) and node.duplicates:
+        return where, f"key {node.duplicates[0]!r} appears more than once (only the last would be kept)"
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for k, v in items:
+        found = _walk_for_problems(v, (*path, k))
+        if found:
+            return found
+    return None
+
+
+def _plain(node):
+    if isinstance(node, dict):
+        return {k: _plain(v) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_plain(v) for v in node]
+    return node
+
+
+def parse_json(text: str, where: str):
+    """JSON as the data files may hold it: no NaN or Infinity, no repeated key, nesting that Python can
+    parse; every failure a DataFileError naming the file (and the field, where there is one)."""
+    try:
+        data = json.loads(text, parse_constant=_Bad, object_pairs_hook=_pairs)
+    except json.JSONDecodeError as exc:
+        raise DataFileError(f"{where} is not valid JSON (truncated or corrupt?): {exc.msg} at line {exc.lineno}, "
+                            f"column {exc.colno}") from exc
+    except RecursionError:
+        raise DataFileError(f"{where} is nested too deeply to parse (corrupt?)") from None
+    try:
+        problem = _walk_for_problems(data)
+    except RecursionError:
+        raise DataFileError(f"{where} is nested too deeply to check (corrupt?)") from None
+    if problem:
+        raise DataFileError(f"{where}: at {problem[0]}: {problem[1]}")
+    return _plain(data)
+
+
 def check_file(path: Path):
     """Reads, parses and validates one data file; returns its data or raises DataFileError naming the path."""
     path = Path(path)
     where = _rel(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise DataFileError(f"{where}: cannot be read ({exc.strerror or exc})") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise DataFileError(f"{where} is not valid JSON (truncated or corrupt?): {exc.msg} at line {exc.lineno}, "
-                            f"column {exc.colno}") from exc
+    data = parse_json(_read_text(path, where), where)
     check_data(data, path.name, where)
+    return data
+
+
+def _yaml_loader():
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        """safe_load that refuses a key repeated in one mapping (PyYAML keeps the last one silently)."""
+
+        def construct_mapping(self, node, deep=False):
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"key {key!r} appears more than once in this mapping", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return Loader
+
+
+def check_yaml_file(path: Path, schema: str):
+    """Reads a YAML file (the claims ledger), parses it and validates it against ``<schema>.schema.json``
+    (``schema``: "ledger_claims" for ``<schemas>/ledger_claims.schema.json``) with the machinery of the
+    data files; returns the data or raises DataFileError naming the file and
+    the field."""
+    import yaml
+
+    path = Path(path)
+    where = _rel(path)
+    text = _read_text(path, where)
+    try:
+        data = yaml.load(text, Loader=_yaml_loader())  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        raise DataFileError(f"{where} is not valid YAML: {str(exc)[:400]}") from None
+    except RecursionError:
+        raise DataFileError(f"{where} is nested too deeply to parse (corrupt?)") from None
+    check_data(data, schema + ".json", where)
     return data
 
 

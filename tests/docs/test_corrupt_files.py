@@ -1,0 +1,146 @@
+"""Corrupt data and ledger files fail the build with an error that names the file and the field.
+
+The data files (docs/data/*.json) and the claims ledger (ledger/*.yaml) go through one validator, the JSON
+Schema machinery of reference_impl/studies/schemas: bad UTF-8, too deep a nesting, NaN or Infinity, a key
+given twice, a scalar where a list belongs, an entry without its id. A link to a heading that does not
+exist fails the strict build (``validation: anchors: warn`` in mkdocs.yml).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from reference_impl.studies import schemas  # noqa: E402
+from site_hooks import ledger  # noqa: E402
+from site_hooks.macros import MacroError  # noqa: E402
+
+DATA = REPO / "docs" / "data"
+GOOD = (DATA / "worked_example.json").read_text()
+
+
+def _write(tmp_path, name, content) -> Path:
+    p = tmp_path / name
+    (p.write_bytes if isinstance(content, bytes) else p.write_text)(content)
+    return p
+
+
+@pytest.mark.guards("data:schemas")
+@pytest.mark.parametrize("case,content,message", [
+    ("bad_utf8", GOOD.encode()[:40] + b"\xff\xfe" + GOOD.encode()[40:], r"worked_example\.json is not valid UTF-8: byte 40"),
+    ("deep_nesting", "[" * 100_000 + "]" * 100_000, r"worked_example\.json is nested too deeply"),
+    ("nan", GOOD.replace('"d": 4', '"d": NaN', 1), r"worked_example\.json: at d: NaN is not a number JSON allows"),
+    ("infinity", GOOD.replace('"d": 4', '"d": -Infinity', 1), r"worked_example\.json: at d: -Infinity"),
+    ("duplicate_key", GOOD.replace('"d": 4', '"d": 4, "d": 5', 1), r"worked_example\.json: at \(top level\): key 'd' appears more"),
+])
+def test_a_corrupt_data_file_names_the_file_and_the_field(tmp_path, case, content, message):
+    assert '"d": 4' in GOOD, "the fixture expects worked_example.json to hold d = 4"
+    with pytest.raises(schemas.DataFileError, match=message):
+        schemas.check_file(_write(tmp_path, "worked_example.json", content))
+
+
+def test_nan_deep_inside_names_its_path(tmp_path):
+    data = json.loads((DATA / "numerics.json").read_text())
+    data["casting"]["bfloat16"]["fraction_different"] = "__NAN__"
+    text = json.dumps(data).replace('"__NAN__"', "NaN")
+    with pytest.raises(schemas.DataFileError, match=r"at casting\.bfloat16\.fraction_different: NaN"):
+        schemas.check_file(_write(tmp_path, "numerics.json", text))
+
+
+CLAIMS = (REPO / "ledger" / "claims.yaml").read_text()
+
+
+@pytest.mark.guards("data:schemas")
+@pytest.mark.parametrize("case,content,message", [
+    ("bad_yaml", "claims: [\n  - id: C01\n", r"ledger/claims\.yaml is not valid YAML"),
+    ("bad_utf8", CLAIMS.encode()[:100] + b"\xc3\x28" + CLAIMS.encode()[100:], r"ledger/claims\.yaml is not valid UTF-8"),
+    ("scalar", "just a sentence\n", r"ledger/claims\.yaml does not match .*ledger_claims\.schema\.json:\n  at \(top level\)"),
+    ("string_entry", CLAIMS.replace("  - id: C02\n", "  - a claim written as a string\n  - id: C02\n", 1),
+     r"ledger/claims\.yaml does not match.*\n  at claims\.1: 'a claim written as a string' is not of type 'object'"),
+    ("missing_id", CLAIMS.replace("  - id: C02\n    source:", "  - source:", 1),
+     r"(?s)ledger/claims\.yaml does not match.*at claims\.1: 'id' is a required property"),
+    ("duplicate_key", CLAIMS.replace("    gpu: false\n", "    gpu: false\n    gpu: true\n", 1),
+     r"ledger/claims\.yaml is not valid YAML.*key 'gpu' appears more than once"),
+])
+def test_a_corrupt_claims_file_names_the_file_and_the_field(tmp_path, monkeypatch, case, content, message):
+    assert "  - id: C02\n    source:" in CLAIMS
+    ledger_dir = tmp_path / "ledger"
+    ledger_dir.mkdir()
+    path = _write(ledger_dir, "claims.yaml", content)
+    monkeypatch.setattr(ledger, "CANONICAL", path)
+    monkeypatch.setattr(schemas, "REPO", tmp_path)  # names the file relative to the copied tree
+    ledger.clear_caches()
+    try:
+        with pytest.raises(MacroError, match=message):
+            ledger.canonical()
+    finally:
+        ledger.clear_caches()
+
+
+@pytest.mark.guards("data:schemas")
+@pytest.mark.parametrize("case,content,message", [
+    ("scalar", "42\n", r"ledger/cpu\.yaml does not match.*\n  at \(top level\): 42 is not of type 'array'"),
+    ("string_entry", "- C07 is verified\n", r"at 0: 'C07 is verified' is not of type 'object'"),
+    ("missing_id", "- verdict: verified\n  claim: a claim of ten characters\n  finding: a finding of ten\n"
+                   "  evidence: [{cite: 'a citation long enough'}]\n", r"at 0: 'id' is a required property"),
+    ("bad_utf8", b"- id: C07\n  claim: \xff\n", r"ledger/cpu\.yaml is not valid UTF-8: byte 19 \(line 2\)"),
+    ("bad_yaml", "- id: [C07\n", r"ledger/cpu\.yaml is not valid YAML"),
+])
+def test_a_corrupt_ledger_file_is_a_problem_naming_the_file_and_the_field(tmp_path, monkeypatch, case, content, message):
+    ledger_dir = tmp_path / "ledger"
+    ledger_dir.mkdir()
+    shutil.copy(REPO / "ledger" / "claims.yaml", ledger_dir / "claims.yaml")
+    _write(ledger_dir, "cpu.yaml", content)
+    monkeypatch.setattr(ledger, "LEDGER", ledger_dir)
+    monkeypatch.setattr(ledger, "CANONICAL", ledger_dir / "claims.yaml")
+    monkeypatch.setattr(schemas, "REPO", tmp_path)
+    ledger.clear_caches()
+    try:
+        _, problems = ledger.entries()
+    finally:
+        ledger.clear_caches()
+    assert any(__import__("re").search(message, p, __import__("re").S) for p in problems), problems
+
+
+def test_the_real_ledger_and_data_files_pass_the_validator():
+    assert len(ledger.canonical()) >= 1
+    assert ledger.entries()[1] == []
+    for p in schemas.data_files(DATA):
+        schemas.check_file(p)
+
+
+# --- anchors --------------------------------------------------------------------------------------------
+
+def test_the_strict_build_fails_on_a_link_to_a_missing_heading(tmp_path):
+    """mkdocs reports a missing anchor at INFO level unless validation.anchors is "warn"; the site's config
+    sets it, and a strict build with that setting fails on such a link (the mechanism, on a tiny site)."""
+    config = yaml.load((REPO / "mkdocs.yml").read_text(), Loader=_Lenient)
+    assert config["strict"] is True and config["validation"]["anchors"] == "warn"
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("# Home\n\nSee [the value](other.md#a-heading-named-after-a-value).\n")
+    (docs / "other.md").write_text("# Other\n\n## A heading that changed\n")
+    def build():  # as the site tests run it (no -q: quiet mode would hide the warning from strict mode)
+        return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+    (tmp_path / "mkdocs.yml").write_text("site_name: t\nstrict: true\n")
+    assert build().returncode == 0  # mkdocs' default: the broken link passes (an INFO line only)
+    (tmp_path / "mkdocs.yml").write_text("site_name: t\nstrict: true\nvalidation:\n  anchors: warn\n")
+    done = build()
+    assert done.returncode != 0 and "a-heading-named-after-a-value" in done.stderr + done.stdout, done.stderr
+
+
+class _Lenient(yaml.SafeLoader):
+    """mkdocs.yml may hold !!python/name and !ENV tags: read them as plain values."""
+
+
+_Lenient.add_multi_constructor("", lambda loader, suffix, node: None)
