@@ -8,28 +8,26 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/full.h>
+#include <c10/cuda/CUDAGuard.h>  // declarations only: the emulation never calls them
+#include <c10/cuda/CUDAStream.h>
 
 #include <cmath>
 
+namespace normlab_shim {
 #ifdef NORMLAB_EMULATION
 #define NL_LIBRARY normlab_emu
 #define NL_DISPATCH_KEY CPU
-namespace normlab_shim {
 constexpr c10::DeviceType kDevice = c10::DeviceType::CPU;
 struct DeviceGuard { explicit DeviceGuard(c10::Device) {} };
 inline void* stream_of(const at::Tensor&) { return nullptr; }
 // Outputs start as NaN, so an element a kernel forgets to write fails the tests.
 inline at::Tensor new_tensor(at::IntArrayRef shape, const at::TensorOptions& o) { return at::full(shape, NAN, o); }
-}  // namespace normlab_shim
 #else
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
 #define NL_LIBRARY normlab
 #define NL_DISPATCH_KEY CUDA
-namespace normlab_shim {
 constexpr c10::DeviceType kDevice = c10::DeviceType::CUDA;
 using DeviceGuard = c10::cuda::CUDAGuard;
 inline void* stream_of(const at::Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.device().index()).stream(); }
 inline at::Tensor new_tensor(at::IntArrayRef shape, const at::TensorOptions& o) { return at::empty(shape, o); }
-}  // namespace normlab_shim
 #endif
+}  // namespace normlab_shim

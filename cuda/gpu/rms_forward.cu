@@ -138,7 +138,9 @@ rms_fwd_v45(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd, 
 //  - the row's sum stays inside its group of lanes (group_sum: shuffles, no shared memory, no barrier).
 // Lane g of a group owns the vectors g, g + lanes, ... like thread g of version 4, and group_sum adds in
 // warp_sum's order (version 4's surplus lanes only add zeros), so both versions give the same bits.
-template <typename T, typename W, int VEC, bool RESIDUAL>
+// ITEMS, the vectors a lane can hold, is 1 for rows of at most 32 vectors (every head size above): the
+// kernel then needs registers for one vector per lane, not kFwdItems, and more warps fit a multiprocessor.
+template <typename T, typename W, int VEC, bool RESIDUAL, int ITEMS>
 __global__ void __launch_bounds__(kRowThreads)
 rms_fwd_rows(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd, const T* __restrict__ x,
              const T* __restrict__ res, const W* __restrict__ w, long long rows, int d, int lanes, float eps,
@@ -159,10 +161,10 @@ rms_fwd_rows(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd,
     rv = reinterpret_cast<const VT*>(res + base);
     hv = reinterpret_cast<VT*>(h_out + base);
   }
-  VT reg[kFwdItems];
+  VT reg[ITEMS];
   float ss = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kFwdItems; ++i) {
+  for (int i = 0; i < ITEMS; ++i) {
     const int vi = g + i * lanes;
     if (vi < nvec) {
       VT a = xv[vi];
@@ -177,7 +179,7 @@ rms_fwd_rows(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd,
   const float r = row_rstd(group_sum(ss, lanes), d, eps);
   if (live && g == 0) rstd[row] = r;
 #pragma unroll
-  for (int i = 0; i < kFwdItems; ++i) {
+  for (int i = 0; i < ITEMS; ++i) {
     const int vi = g + i * lanes;
     if (vi < nvec) yv[vi] = normalize<T, W, VEC>(reg[i], r, wv, vi, convention);
   }
@@ -197,10 +199,16 @@ cudaError_t launch_fwd(int layout, T* y, T* h, float* rstd, const T* x, const T*
     const int lanes = lanes_for(nvec);
     const long long per_block = kRowThreads / lanes;
     const unsigned grid = static_cast<unsigned>((rows + per_block - 1) / per_block);
-    if (res != nullptr)
-      NORMLAB_LAUNCH(grid, kRowThreads, 0, s, rms_fwd_rows<T, W, VEC, true>)(y, h, rstd, x, res, w, rows, d, lanes, eps, convention);
-    else
-      NORMLAB_LAUNCH(grid, kRowThreads, 0, s, rms_fwd_rows<T, W, VEC, false>)(y, h, rstd, x, res, w, rows, d, lanes, eps, convention);
+    if (nvec <= 32) {  // one vector per lane at most
+      if (res != nullptr)
+        NORMLAB_LAUNCH(grid, kRowThreads, 0, s, rms_fwd_rows<T, W, VEC, true, 1>)(y, h, rstd, x, res, w, rows, d, lanes, eps, convention);
+      else
+        NORMLAB_LAUNCH(grid, kRowThreads, 0, s, rms_fwd_rows<T, W, VEC, false, 1>)(y, h, rstd, x, res, w, rows, d, lanes, eps, convention);
+    } else if (res != nullptr) {
+      NORMLAB_LAUNCH(grid, kRowThreads, 0, s, rms_fwd_rows<T, W, VEC, true, kFwdItems>)(y, h, rstd, x, res, w, rows, d, lanes, eps, convention);
+    } else {
+      NORMLAB_LAUNCH(grid, kRowThreads, 0, s, rms_fwd_rows<T, W, VEC, false, kFwdItems>)(y, h, rstd, x, res, w, rows, d, lanes, eps, convention);
+    }
     return cudaGetLastError();
   }
   const int threads = threads_for(nvec, kFwdItems);

@@ -52,6 +52,8 @@ CUDA_SOURCES = (
 )
 CUDA_KERNEL_SOURCES = tuple(s for s in CUDA_SOURCES if s.endswith(".cu"))
 CUDA_HEADERS = ("gpu/common.cuh", "gpu/launchers.h", "gpu/device_shim.h", "ops.h", "op_checks.h")
+# headers of the torch glue, not of the kernels: they may include torch, and no kernel's code depends on them
+CUDA_GLUE_HEADERS = ("device_shim.h",)
 # sm_90 machine code plus compute_90 PTX (the same as -gencode arch=compute_90,code=[sm_90,compute_90],
 # written as two flags so no shell ever sees the brackets). Naming an arch also stops cpp_extension from
 # adding its own list of architectures (it would pick every supported one when no GPU is present).

@@ -59,9 +59,9 @@ def test_cuda_library_compiles_for_sm90_and_registers_the_cuda_kernels():
 
 @pytest.mark.guards("cuda.build")
 def test_kernel_sources_include_no_torch_header():
-    """The .cu files see only CUDA headers (fast nvcc); the torch glue is in ops_cuda.cpp."""
+    """The .cu files see only CUDA headers (fast nvcc); the torch glue is in ops_cuda.cpp and its shim."""
     for p in sorted(GPU.iterdir()):
-        if p.suffix in (".cu", ".cuh", ".h"):
+        if p.suffix in (".cu", ".cuh", ".h") and p.name not in native.CUDA_GLUE_HEADERS:
             includes = re.findall(r'#include\s+[<"]([^>"]+)', p.read_text())
             assert not [i for i in includes if i.startswith(("torch", "ATen", "c10"))], (p.name, includes)
 
@@ -133,13 +133,13 @@ def test_one_glue_one_shim():
     shim = (GPU / "device_shim.h").read_text()
     body = shim[shim.index("#ifdef NORMLAB_EMULATION"):shim.index("#endif")].splitlines()[1:]
     code = [ln for ln in body if ln.strip() and not ln.strip().startswith(("//", "#else"))]
-    assert len(code) <= 18, f"the device shim has {len(code)} lines of code; keep it to about 15"
+    assert len(code) <= 15, f"the device shim has {len(code)} lines of code; keep it to about 15"
     # the launch macro is defined once for nvcc; every kernel launch goes through it
     common = (GPU / "common.cuh").read_text()
     assert common.count("#define NORMLAB_LAUNCH") == 1
     for p in sorted(GPU.glob("*.cu")):
         assert "<<<" not in p.read_text(), f"{p.name} launches a kernel without NORMLAB_LAUNCH"
-    # the glue itself names neither the emulation nor a CUDA header
+    # the glue itself names neither the emulation nor a CUDA header: the shim does
     glue = (GPU / "ops_cuda.cpp").read_text()
     assert "NORMLAB_EMULATION" not in re.sub(r"//.*", "", glue) and "c10/cuda" not in glue
 
@@ -165,9 +165,9 @@ def test_resource_report_matches_the_current_sources():
     assert families == {"rms_fwd_v1", "rms_fwd_v2", "rms_fwd_v3", "rms_fwd_v45", "rms_fwd_rows", "rms_bwd_kernel",
                         "ln_fwd_kernel", "ln_bwd_kernel", "column_sum"}
     # five (x, weight) dtype pairs per templated kernel, two vector widths and two residual modes for v45
-    # and for the several-rows-per-block version 6
+    # and for the several-rows-per-block version 6, in two register budgets (1 or kFwdItems vectors a lane)
     assert sum(k.startswith("rms_fwd_v45[") for k in data["kernels"]) == 5 * 2 * 2
-    assert sum(k.startswith("rms_fwd_rows[") for k in data["kernels"]) == 5 * 2 * 2
+    assert sum(k.startswith("rms_fwd_rows[") for k in data["kernels"]) == 5 * 2 * 2 * 2
     t = data["totals"]
     assert t["kernels"] == len(data["kernels"])
     assert t["max_registers"] == max(k["registers"] for k in data["kernels"].values())
