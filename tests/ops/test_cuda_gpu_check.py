@@ -68,7 +68,10 @@ def test_dry_run_benchmark_covers_every_group_with_our_kernels_validated(dry_run
     block sweep, the vector-path cases and the summary; each of our implementations passed its check."""
     from reference_impl.studies import bench_gpu
 
+    from reference_impl.studies import schemas
+
     _, out = dry_run
+    schemas.check_file(out / "bench_gpu.json")  # the schema docs/data/bench_gpu.json will be held to
     data = json.loads((out / "bench_gpu.json").read_text())
     assert data["complete"] is True and "dry run" in data["device"]["name"]
     assert data["provenance"]["quick"] is True  # never mistaken for a measurement
