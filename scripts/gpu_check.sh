@@ -99,7 +99,14 @@ else
 fi
 
 # 1-3. build, then the GPU tests (CPU emulation and compile checks ran in make test)
-step build 85 "$LOG" "$PY" -c 'from reference_impl.ops import cuda; cuda.ensure_loaded(); print("normlab CUDA library loaded")'
+BUILD_CMD='from reference_impl.ops import cuda; cuda.ensure_loaded(); print("normlab CUDA library loaded")'
+if ! step build 85 "$LOG" "$PY" -c "$BUILD_CMD" && [ $DRY_RUN = 0 ]; then
+  # this machine's compiler may warn where the development machine's does not: keep the warnings (in the
+  # log), drop -Werror, so that the GPU tests still run; the summary keeps the failed build above
+  note "BUILD FAILED WITH -Werror: retrying with NORMLAB_NO_WERROR=1 (see the warnings in build_and_tests.log)"
+  export NORMLAB_NO_WERROR=1
+  step build-no-werror 85 "$LOG" "$PY" -c "$BUILD_CMD"
+fi
 MARK=$(mktemp)
 # every test marked gpu (the CUDA kernels, the op contract on CUDA, the rsqrt sweep test), in 4 processes
 # when pytest-xdist is there; the Triton tests next, on their own time limit

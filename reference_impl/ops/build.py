@@ -20,10 +20,13 @@ BUILD_ROOT = REPO / "build" / "native"
 # torch's and Python's headers as -isystem, and the CUDA headers are -isystem below, so only our code is
 # judged. The CUDA glue's GPU branch is read by these warnings in the CUDA build (and, without nvcc's
 # output, by tests/ops/test_cuda_build.py), although no CPU run executes it.
-WARNINGS = ("-Wall", "-Wextra", "-Werror")
+# NORMLAB_NO_WERROR=1 keeps the warnings but not the error, for a foreign toolchain (a lent GPU machine's
+# compiler may warn where this project's does not); scripts/gpu_check.sh retries a failed build with it
+# and says so in its summary, so that the GPU tests still run.
+WARNINGS = ("-Wall", "-Wextra") + (() if os.environ.get("NORMLAB_NO_WERROR") == "1" else ("-Werror",))
 # the same for the .cu files: nvcc's own warnings about device code, and the host code's, which nvcc
 # hands to the host compiler
-NVCC_HOST_WARNINGS = ("-Werror=all-warnings", "-Xcompiler=" + ",".join(WARNINGS))
+NVCC_HOST_WARNINGS = (*(("-Werror=all-warnings",) if "-Werror" in WARNINGS else ()), "-Xcompiler=" + ",".join(WARNINGS))
 
 
 # --- the normlab CPU library: the op schemas (cuda/ops.cpp) and their CPU kernels ----------------------
