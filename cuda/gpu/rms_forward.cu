@@ -130,8 +130,9 @@ rms_fwd_v45(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd, 
 // --8<-- [start:rows]
 // Version 6: several short rows per block (QK-norm's heads of 64-256 elements, any row of at most
 // 32 * kFwdItems vectors). Over version 4, which gives such a row a block of one warp:
-//  - a multiprocessor holds at most 32 blocks, so one-warp blocks fill at most half of its 64 warp slots;
-//    a block of kRowThreads threads here carries kRowThreads / lanes rows;
+//  - a multiprocessor of compute capability 9 holds at most 32 resident blocks (cuda_occupancy.h), so
+//    one-warp blocks give it at most 32 warps; a block of kRowThreads threads here carries kRowThreads /
+//    lanes rows;
 //  - a row of fewer than 32 vectors (a bf16 head of 128 is 16) leaves lanes of version 4's warp idle;
 //    here each row gets `lanes` threads, its vector count rounded up to a power of two (at most 32),
 //    so a warp holds 32 / lanes rows;
