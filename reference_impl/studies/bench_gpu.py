@@ -342,8 +342,13 @@ def summarize_reps(reps_ms: list[float], nbytes: int) -> dict:
     ms = statistics.median(reps_ms)
     return {"ms": round(ms, 5), "ms_min": round(min(reps_ms), 5), "ms_max": round(max(reps_ms), 5),
             "reps_ms": [round(v, 5) for v in reps_ms], "bytes": nbytes,
-            "gbps": round(nbytes / ms / 1e6, 1), "gbps_min": round(nbytes / max(reps_ms) / 1e6, 1),
-            "gbps_max": round(nbytes / min(reps_ms) / 1e6, 1)}
+            "gbps": _sig(nbytes / ms / 1e6), "gbps_min": _sig(nbytes / max(reps_ms) / 1e6),
+            "gbps_max": _sig(nbytes / min(reps_ms) / 1e6)}
+
+
+def _sig(v: float, digits: int = 5) -> float:
+    """v to `digits` significant digits: a slow dry run's small figures stay positive, a GPU's keep 0.1 GB/s."""
+    return float(f"{v:.{digits}g}")
 
 
 def add_frac_copy(entry: dict, copy: dict, paired: bool) -> None:
@@ -353,9 +358,9 @@ def add_frac_copy(entry: dict, copy: dict, paired: bool) -> None:
         fr = [(entry["bytes"] / e) / (copy["bytes"] / c) for e, c in zip(entry["reps_ms"], copy["reps_ms"])]
     else:
         fr = [(entry["bytes"] / e) / (copy["bytes"] / copy["ms"]) for e in entry["reps_ms"]]
-    entry["frac_copy"] = round(statistics.median(fr), 4)
-    entry["frac_copy_min"] = round(min(fr), 4)
-    entry["frac_copy_max"] = round(max(fr), 4)
+    entry["frac_copy"] = _sig(statistics.median(fr), 4)
+    entry["frac_copy_min"] = _sig(min(fr), 4)
+    entry["frac_copy_max"] = _sig(max(fr), 4)
 
 
 # ------------------------------------------------------------------------------------------------------
