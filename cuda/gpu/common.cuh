@@ -126,6 +126,22 @@ __device__ __forceinline__ float warp_sum(float v, int lanes) {
 }
 // --8<-- [end:warp_sum]
 
+// --8<-- [start:group_sum]
+// Sum over a group of `lanes` consecutive lanes (lanes a power of two <= 32, groups aligned to it) of a
+// warp whose 32 lanes all call this; every lane of the group gets the group's sum. The shuffle tree is
+// warp_sum's restricted to the group (a step adds the partner only when it is in the same group), and the
+// first lane of the group then hands its total to the others.
+__device__ __forceinline__ float group_sum(float v, int lanes) {
+  const int lane = threadIdx.x & 31;
+  const int g = lane & (lanes - 1);
+  for (int offset = lanes >> 1; offset > 0; offset >>= 1) {
+    const float other = __shfl_down_sync(0xffffffffu, v, offset);
+    if (g + offset < lanes) v += other;
+  }
+  return __shfl_sync(0xffffffffu, v, lane - g);
+}
+// --8<-- [end:group_sum]
+
 // --8<-- [start:block_sum]
 // Sum of v over every thread of the block, returned to every thread. Any blockDim.x from 1 to 1024.
 // Step 1: each warp reduces its own lanes with shuffles (no shared memory, no barrier).
@@ -172,6 +188,17 @@ __device__ __forceinline__ float2 block_sum2(float2 v, float2* red /* 33 float2 
   }
   __syncthreads();
   return red[32];
+}
+
+// Rows that fit one warp's registers (at most 32 * kFwdItems vectors) run several to a block of
+// kRowThreads threads (rms_fwd_rows): each row gets `lanes` threads, its vector count rounded up to a
+// power of two, at most 32. Depends on the row length only (batch invariance).
+constexpr int kRowThreads = 128;
+inline bool fits_one_warp(int nvec) { return nvec <= 32 * kFwdItems; }
+inline int lanes_for(int nvec) {
+  int lanes = 1;
+  while (lanes < 32 && lanes < nvec) lanes <<= 1;
+  return lanes;
 }
 
 // Block size for the register-resident kernels: enough warps that `items` vectors per thread cover

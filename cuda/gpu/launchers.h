@@ -14,10 +14,16 @@ int normlab_rms_fwd_step(int version, int block, int x_code, int w_code, void* y
                          const void* x, const void* w, long long rows, int d, float eps, int convention,
                          void* stream);
 
-// RMSNorm forward, versions 4 (res == nullptr) and 5 (fused residual add; h_out receives x + res).
+// RMSNorm forward: the op. Rows that fit one warp's registers run several to a block (version 6), longer
+// rows one to a block (version 4, res == nullptr; version 5, fused residual add: h_out receives x + res).
 int normlab_rms_fwd(int x_code, int w_code, void* y, void* h_out, float* rstd, const void* x,
                     const void* res, const void* w, long long rows, int d, float eps, int convention,
                     void* stream);
+
+// RMSNorm forward without a residual in a chosen row layout: 4 = one row per block (version 4), 6 = several
+// rows per block (version 6; cudaErrorInvalidValue for a row of more than 32 * 8 vectors).
+int normlab_rms_fwd_layout(int layout, int x_code, int w_code, void* y, float* rstd, const void* x,
+                           const void* w, long long rows, int d, float eps, int convention, void* stream);
 
 // Number of row-partial sums the backward kernels produce for dweight (and dbias): the caller
 // allocates `*blocks` x d floats for each partial buffer. 0 when rows == 0.

@@ -41,7 +41,7 @@ template <typename T, typename W, int VEC, typename M = float, typename R = floa
 __device__ __forceinline__ Vec<T, VEC> ln_out(const Vec<T, VEC>& a, M mean, float c, R r, const Vec<W, VEC>* wv,
                                               const Vec<W, VEC>* bv, int vi) {
   Vec<T, VEC> out;
-  Vec<W, VEC> wk, bk;
+  Vec<W, VEC> wk{}, bk{};  // initialized: g++ (the emulation) cannot see that the guards below match
   if (wv != nullptr) wk = wv[vi];
   if (bv != nullptr) bk = bv[vi];
 #pragma unroll

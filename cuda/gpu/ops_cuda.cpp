@@ -1,12 +1,13 @@
 // CUDA implementations of the normlab ops (schemas in cuda/ops.h), plus the teaching op
-// normlab::rms_norm_fwd_version that runs one chosen RMSNorm forward version (1-4).
+// normlab::rms_norm_fwd_version that runs one chosen RMSNorm forward version (1-4, 6).
 // This file holds the torch glue only: argument checks (cuda/op_checks.h, shared with the CPU glue),
 // output allocation, the current stream. The kernels are in the .cu files beside it, behind the
 // raw-pointer launchers of launchers.h, so nvcc never parses a torch header.
 //
 // Compiled with NORMLAB_EMULATION defined (cuda/gpu/emulation/ops_emu.cpp), the same glue registers the
-// same schemas as the library `normlab_emu` under the CPU dispatch key, on top of the kernels run by the
-// CPU emulation (emulation/emu.h): the tests then exercise glue, launchers and kernels without a GPU.
+// same ops in the library `normlab_emu` under the CPU dispatch key, on top of the kernels run by the CPU
+// emulation (emulation/emu.h): the tests then exercise glue, launchers and kernels without a GPU. The two
+// builds differ only in the device shim (device_shim.h): allocation, stream, device guard, device type.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
@@ -19,42 +20,15 @@
 
 #include "../op_checks.h"
 #include "../ops.h"
+#include "device_shim.h"
 #include "launchers.h"
-
-#ifdef NORMLAB_EMULATION
-#include <ATen/ops/full.h>
-#include <ATen/ops/full_like.h>
-#define NL_LIBRARY normlab_emu
-#define NL_DISPATCH_KEY CPU
-namespace {
-constexpr const char* kDeviceName = "CPU (the CUDA emulation)";
-bool on_device(const at::Tensor& t) { return t.is_cpu(); }
-struct DeviceGuard {
-  explicit DeviceGuard(c10::Device) {}
-};
-void* stream_of(const at::Tensor&) { return nullptr; }
-// Outputs start as NaN in the emulation, so an element a kernel forgets to write fails the tests.
-at::Tensor new_like(const at::Tensor& x) { return at::full_like(x, NAN); }
-at::Tensor new_tensor(at::IntArrayRef shape, const at::TensorOptions& o) { return at::full(shape, NAN, o); }
-}  // namespace
-#else
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#define NL_LIBRARY normlab
-#define NL_DISPATCH_KEY CUDA
-namespace {
-constexpr const char* kDeviceName = "CUDA";
-bool on_device(const at::Tensor& t) { return t.is_cuda(); }
-using DeviceGuard = c10::cuda::CUDAGuard;
-void* stream_of(const at::Tensor& x) { return c10::cuda::getCurrentCUDAStream(x.device().index()).stream(); }
-at::Tensor new_like(const at::Tensor& x) { return new_like(x); }
-at::Tensor new_tensor(at::IntArrayRef shape, const at::TensorOptions& o) { return at::empty(shape, o); }
-}  // namespace
-#endif
 
 namespace {
 
 using namespace normlab_checks;
+using namespace normlab_shim;
+
+at::Tensor new_like(const at::Tensor& x) { return new_tensor(x.sizes(), x.options()); }
 
 int code_of(at::ScalarType t) {
   switch (t) {
@@ -73,7 +47,8 @@ void check_cuda(int err, const char* op) {
 // row length fits the launchers' int.
 void check_x_here(const at::Tensor& x, const char* op) {
   check_x(x, op);
-  TORCH_CHECK_VALUE(on_device(x), op, ": this kernel runs on ", kDeviceName, " tensors; x is on ", x.device());
+  TORCH_CHECK_VALUE(x.device().type() == kDevice, op, ": this kernel runs on ", c10::DeviceTypeName(kDevice),
+                    " tensors; x is on ", x.device());
   TORCH_CHECK_VALUE(x.size(-1) <= (int64_t{1} << 30), op, ": the last dimension is too large (", x.size(-1), ")");
 }
 
@@ -142,14 +117,14 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_version_cuda(const at::Tensor& x
                                                              int64_t version, int64_t convention, int64_t block_size) {
   const char* op = "normlab::rms_norm_fwd_version";
   check_rms_fwd(x, weight, std::nullopt, eps, convention, op);
-  TORCH_CHECK_VALUE(version >= 1 && version <= 4, op, ": version must be 1, 2, 3 or 4 (5 is rms_norm_fwd with a "
-                    "residual), got ", version);
+  TORCH_CHECK_VALUE((version >= 1 && version <= 4) || version == 6, op, ": version must be 1, 2, 3, 4 or 6 (5 is "
+                    "rms_norm_fwd with a residual), got ", version);
   TORCH_CHECK_VALUE(block_size >= 0 && block_size <= 1024, op, ": block_size must be 0 (default) or 1..1024, got ",
                     block_size);
   TORCH_CHECK_VALUE(version != 2 || (block_size & (block_size - 1)) == 0, op,
                     ": version 2's tree reduction needs a power-of-two block size, got ", block_size);
-  TORCH_CHECK_VALUE(version != 4 || block_size == 0, op,
-                    ": version 4 picks its block size from the row length; pass 0");
+  TORCH_CHECK_VALUE(version < 4 || block_size == 0, op, ": version ", version,
+                    " picks its block size from the row length; pass 0");
   DeviceGuard guard(x.device());
   at::Tensor y = new_like(x);
   at::Tensor rstd = stats_like(x);
@@ -157,10 +132,13 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_version_cuda(const at::Tensor& x
   const int xc = code_of(x.scalar_type());
   const int d = static_cast<int>(x.size(-1));
   int err;
-  if (version == 4) {
-    err = normlab_rms_fwd(xc, w_code, y.data_ptr(), nullptr, rstd.data_ptr<float>(), x.data_ptr(), nullptr,
-                          ptr_or_null(weight), rows_of(x), d, static_cast<float>(eps), static_cast<int>(convention),
-                          stream_of(x));
+  if (version >= 4) {
+    err = normlab_rms_fwd_layout(static_cast<int>(version), xc, w_code, y.data_ptr(), rstd.data_ptr<float>(),
+                                 x.data_ptr(), ptr_or_null(weight), rows_of(x), d, static_cast<float>(eps),
+                                 static_cast<int>(convention), stream_of(x));
+    // the arguments are checked above: the launcher refuses only a row too long for version 6
+    TORCH_CHECK_VALUE(version != 6 || err == 0, op, ": version 6 takes rows of at most 256 vectors (2048 "
+                      "fp16/bf16 or 1024 fp32 elements when 16-byte aligned, else 256 elements); d = ", d);
   } else {
     err = normlab_rms_fwd_step(static_cast<int>(version), static_cast<int>(block_size), xc, w_code, y.data_ptr(),
                                rstd.data_ptr<float>(), x.data_ptr(), ptr_or_null(weight), rows_of(x), d,
@@ -298,14 +276,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd_cuda(const at::Ten
 
 }  // namespace
 
-#ifdef NORMLAB_EMULATION
-// The emulation is a library of its own: the same schemas under another name.
-TORCH_LIBRARY(normlab_emu, m) {
-  normlab::define_ops(m);
-#else
 // The teaching op's schema lives here, not in cuda/ops.h: it exists only where the CUDA kernels do.
-TORCH_LIBRARY_FRAGMENT(normlab, m) {
-#endif
+TORCH_LIBRARY_FRAGMENT(NL_LIBRARY, m) {
   m.def("rms_norm_fwd_version(Tensor x, Tensor? weight, float eps, int version, int convention, "
         "int block_size=0) -> (Tensor y, Tensor rstd)");
 }

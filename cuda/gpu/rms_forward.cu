@@ -1,4 +1,4 @@
-// RMSNorm forward, versions 4 and 5: the kernel behind normlab::rms_norm_fwd on CUDA tensors.
+// RMSNorm forward, versions 4, 5 and 6: the kernels behind normlab::rms_norm_fwd on CUDA tensors.
 #include "common.cuh"
 #include "launchers.h"
 
@@ -138,10 +138,117 @@ rms_fwd_v45(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd, 
 }
 // --8<-- [end:v45]
 
+// The wide pass of version 6 for a row of its group (rare: a sum that overflowed or underflowed): every lane
+// of the group walks the whole row in double, in element order like version 4's wide pass, recomputing h
+// from x and the residual instead of reading what the other lanes stored (no barrier or warp sync needed).
+// Returns 1 / sqrt(sum / d + eps), or 0 when the fp32 result stands (Inf or NaN in the row, or all zeros).
+template <typename T, int VEC, bool RESIDUAL>
+__device__ double group_wide_rstd(const Vec<T, VEC>* xv, const Vec<T, VEC>* rv, int nvec, int d, float eps) {
+  double ss = 0.0, bad = 0.0;
+  for (int vi = 0; vi < nvec; ++vi) {
+    Vec<T, VEC> a = xv[vi];
+    if constexpr (RESIDUAL) a = add_round(a, rv[vi]);
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      const double v = to_f(a.v[k]);
+      bad += v - v;
+      ss += v * v;
+    }
+  }
+  return (bad == 0.0 && ss > 0.0) ? 1.0 / sqrt(ss / d + static_cast<double>(eps)) : 0.0;
+}
+
+// --8<-- [start:rows]
+// Version 6: several short rows per block (QK-norm's heads of 64-256 elements, any row of at most
+// 32 * kFwdItems vectors). Over version 4, which gives such a row a block of one warp:
+//  - a multiprocessor of compute capability 9 holds at most 32 resident blocks (cuda_occupancy.h), so
+//    one-warp blocks give it at most 32 warps; a block of kRowThreads threads here carries kRowThreads /
+//    lanes rows;
+//  - a row of fewer than 32 vectors (a bf16 head of 128 is 16) leaves lanes of version 4's warp idle;
+//    here each row gets `lanes` threads, its vector count rounded up to a power of two (at most 32),
+//    so a warp holds 32 / lanes rows;
+//  - the row's sum stays inside its group of lanes (group_sum: shuffles, no shared memory, no barrier).
+// Lane g of a group owns the vectors g, g + lanes, ... like thread g of version 4, and group_sum adds in
+// warp_sum's order (version 4's surplus lanes only add zeros), so both versions give the same bits.
+// ITEMS, the vectors a lane can hold, is 1 for rows of at most 32 vectors (every head size above): the
+// kernel then needs registers for one vector per lane, not kFwdItems, and more warps fit a multiprocessor.
+template <typename T, typename W, int VEC, bool RESIDUAL, int ITEMS>
+__global__ void __launch_bounds__(kRowThreads)
+rms_fwd_rows(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd, const T* __restrict__ x,
+             const T* __restrict__ res, const W* __restrict__ w, long long rows, int d, int lanes, float eps,
+             int convention) {
+  using VT = Vec<T, VEC>;
+  using VW = Vec<W, VEC>;
+  const int g = threadIdx.x & (lanes - 1);
+  const long long row = static_cast<long long>(blockIdx.x) * (kRowThreads / lanes) + threadIdx.x / lanes;
+  const bool live = row < rows;  // a group past the last row still joins its warp's shuffles
+  const long long base = live ? row * d : 0;
+  const int nvec = live ? d / VEC : 0;
+  const VT* xv = reinterpret_cast<const VT*>(x + base);
+  VT* yv = reinterpret_cast<VT*>(y + base);
+  const VW* wv = reinterpret_cast<const VW*>(w);
+  const VT* rv = nullptr;
+  VT* hv = nullptr;
+  if constexpr (RESIDUAL) {
+    rv = reinterpret_cast<const VT*>(res + base);
+    hv = reinterpret_cast<VT*>(h_out + base);
+  }
+  VT reg[ITEMS];
+  float ss = 0.0f;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int vi = g + i * lanes;
+    if (vi < nvec) {
+      VT a = xv[vi];
+      if constexpr (RESIDUAL) {
+        a = add_round(a, rv[vi]);
+        hv[vi] = a;
+      }
+      reg[i] = a;
+      ss = add_squares(a, ss);
+    }
+  }
+  const float tot = group_sum(ss, lanes);
+  // a sum that overflowed or underflowed: the row again in double (rare; 0 when fp32 stands)
+  const double rw = (live && sum_out_of_range(tot)) ? group_wide_rstd<T, VEC, RESIDUAL>(xv, rv, nvec, d, eps) : 0.0;
+  const float r = rw > 0.0 ? static_cast<float>(rw) : row_rstd(tot, d, eps);
+  if (live && g == 0) rstd[row] = r;
+#pragma unroll
+  for (int i = 0; i < ITEMS; ++i) {
+    const int vi = g + i * lanes;
+    if (vi < nvec)
+      yv[vi] = rw > 0.0 ? normalize<T, W, VEC>(reg[i], rw, wv, vi, convention)
+                        : normalize<T, W, VEC>(reg[i], r, wv, vi, convention);
+  }
+}
+// --8<-- [end:rows]
+
+// Row layouts: kAuto (the op: version 6 for rows that fit one warp, version 4/5 otherwise), kOneRow
+// (version 4's one row per block), kRows (version 6; invalid for a row that does not fit one warp).
+enum Layout : int { kAuto = 0, kOneRow = 4, kRows = 6 };
+
 template <typename T, typename W, int VEC>
-cudaError_t launch_fwd(T* y, T* h, float* rstd, const T* x, const T* res, const W* w, long long rows, int d,
-                       float eps, int convention, cudaStream_t s) {
-  const int threads = threads_for(d / VEC, kFwdItems);
+cudaError_t launch_fwd(int layout, T* y, T* h, float* rstd, const T* x, const T* res, const W* w, long long rows,
+                       int d, float eps, int convention, cudaStream_t s) {
+  const int nvec = d / VEC;
+  if (layout == kRows && !fits_one_warp(nvec)) return cudaErrorInvalidValue;
+  if (layout == kRows || (layout == kAuto && fits_one_warp(nvec))) {
+    const int lanes = lanes_for(nvec);
+    const long long per_block = kRowThreads / lanes;
+    const unsigned grid = static_cast<unsigned>((rows + per_block - 1) / per_block);
+    if (nvec <= 32) {  // one vector per lane at most
+      if (res != nullptr)
+        NORMLAB_LAUNCH(grid, kRowThreads, 0, s, rms_fwd_rows<T, W, VEC, true, 1>)(y, h, rstd, x, res, w, rows, d, lanes, eps, convention);
+      else
+        NORMLAB_LAUNCH(grid, kRowThreads, 0, s, rms_fwd_rows<T, W, VEC, false, 1>)(y, h, rstd, x, res, w, rows, d, lanes, eps, convention);
+    } else if (res != nullptr) {
+      NORMLAB_LAUNCH(grid, kRowThreads, 0, s, rms_fwd_rows<T, W, VEC, true, kFwdItems>)(y, h, rstd, x, res, w, rows, d, lanes, eps, convention);
+    } else {
+      NORMLAB_LAUNCH(grid, kRowThreads, 0, s, rms_fwd_rows<T, W, VEC, false, kFwdItems>)(y, h, rstd, x, res, w, rows, d, lanes, eps, convention);
+    }
+    return cudaGetLastError();
+  }
+  const int threads = threads_for(nvec, kFwdItems);
   const unsigned grid = static_cast<unsigned>(rows);
   if (res != nullptr)
     NORMLAB_LAUNCH(grid, threads, 0, s, rms_fwd_v45<T, W, VEC, true>)(y, h, rstd, x, res, w, d, eps, convention);
@@ -150,17 +257,13 @@ cudaError_t launch_fwd(T* y, T* h, float* rstd, const T* x, const T* res, const 
   return cudaGetLastError();
 }
 
-}  // namespace normlab
-
-using namespace normlab;
-
-extern "C" int normlab_rms_fwd(int x_code, int w_code, void* y, void* h_out, float* rstd, const void* x,
-                               const void* res, const void* w, long long rows, int d, float eps,
-                               int convention, void* stream) {
+// Checks the arguments, picks the vector width from d and the pointers' alignment, and launches.
+cudaError_t rms_fwd_any(int layout, int x_code, int w_code, void* y, void* h_out, float* rstd, const void* x,
+                        const void* res, const void* w, long long rows, int d, float eps, int convention,
+                        cudaStream_t s) {
   if (rows < 0 || rows > kMaxGrid || d < 0 || (convention != 0 && convention != 1)) return cudaErrorInvalidValue;
   if ((res == nullptr) != (h_out == nullptr)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
   return with_types(x_code, w_code, [&](auto tx, auto tw) -> cudaError_t {
     using T = typename decltype(tx)::type;
     using W = typename decltype(tw)::type;
@@ -173,7 +276,26 @@ extern "C" int normlab_rms_fwd(int x_code, int w_code, void* y, void* h_out, flo
     auto* xp = static_cast<const T*>(x);
     auto* rp = static_cast<const T*>(res);
     auto* wp = static_cast<const W*>(w);
-    if (vec_ok) return launch_fwd<T, W, V>(yp, hp, rstd, xp, rp, wp, rows, d, eps, convention, s);
-    return launch_fwd<T, W, 1>(yp, hp, rstd, xp, rp, wp, rows, d, eps, convention, s);
+    if (vec_ok) return launch_fwd<T, W, V>(layout, yp, hp, rstd, xp, rp, wp, rows, d, eps, convention, s);
+    return launch_fwd<T, W, 1>(layout, yp, hp, rstd, xp, rp, wp, rows, d, eps, convention, s);
   });
+}
+
+}  // namespace normlab
+
+using namespace normlab;
+
+extern "C" int normlab_rms_fwd(int x_code, int w_code, void* y, void* h_out, float* rstd, const void* x,
+                               const void* res, const void* w, long long rows, int d, float eps,
+                               int convention, void* stream) {
+  return rms_fwd_any(kAuto, x_code, w_code, y, h_out, rstd, x, res, w, rows, d, eps, convention,
+                     static_cast<cudaStream_t>(stream));
+}
+
+extern "C" int normlab_rms_fwd_layout(int layout, int x_code, int w_code, void* y, float* rstd, const void* x,
+                                      const void* w, long long rows, int d, float eps, int convention,
+                                      void* stream) {
+  if (layout != kOneRow && layout != kRows) return cudaErrorInvalidValue;
+  return rms_fwd_any(layout, x_code, w_code, y, nullptr, rstd, x, nullptr, w, rows, d, eps, convention,
+                     static_cast<cudaStream_t>(stream));
 }

@@ -16,6 +16,18 @@ REPO = Path(__file__).resolve().parent.parent.parent
 SOURCES = REPO / "cuda"
 BUILD_ROOT = REPO / "build" / "native"
 
+# Every build of the project's own sources turns warnings into errors. torch.utils.cpp_extension passes
+# torch's and Python's headers as -isystem, and the CUDA headers are -isystem below, so only our code is
+# judged. The CUDA glue's GPU branch is read by these warnings in the CUDA build (and, without nvcc's
+# output, by tests/ops/test_cuda_build.py), although no CPU run executes it.
+# NORMLAB_NO_WERROR=1 keeps the warnings but not the error, for a foreign toolchain (a lent GPU machine's
+# compiler may warn where this project's does not); scripts/gpu_check.sh retries a failed build with it
+# and says so in its summary, so that the GPU tests still run.
+WARNINGS = ("-Wall", "-Wextra") + (() if os.environ.get("NORMLAB_NO_WERROR") == "1" else ("-Werror",))
+# the same for the .cu files: nvcc's own warnings about device code, and the host code's, which nvcc
+# hands to the host compiler
+NVCC_HOST_WARNINGS = (*(("-Werror=all-warnings",) if "-Werror" in WARNINGS else ()), "-Xcompiler=" + ",".join(WARNINGS))
+
 
 # --- the normlab CPU library: the op schemas (cuda/ops.cpp) and their CPU kernels ----------------------
 CPU_NAME = "normlab_cpu"
@@ -25,7 +37,11 @@ CPU_HEADERS = ("ops.h", "op_checks.h", "cpu/simd.h", "cpu/isa.h", "cpu/rms_norm_
                "cpu/layer_norm_kernels.h", "cpu/cpu_common.h")
 # -ffp-contract=off: no silent a*b+c -> fma, so vector lanes and scalar tails round identically.
 # -fopenmp: at::parallel_for expands to an OpenMP region in the extension's own code.
-CPU_CFLAGS = ("-O3", "-ffp-contract=off", "-fopenmp")
+# Two warnings are off for this library alone, both about code that is not ours: GCC 12's AVX-512 intrinsics
+# (avx512fintrin.h) build their "undefined" vectors as `__Y = __Y`, which -Wmaybe-uninitialized reports
+# wherever they are inlined into a kernel; -Wpsabi notes that a vector returned by a function compiled for
+# AVX differs in ABI from one without it, which is the point of the per-ISA kernels (cpu/isa.h).
+CPU_CFLAGS = ("-O3", "-ffp-contract=off", "-fopenmp", *WARNINGS, "-Wno-maybe-uninitialized", "-Wno-psabi")
 CPU_LDFLAGS = ("-fopenmp",)
 
 # --- the normlab CUDA kernels: registered under the CUDA dispatch key of the same ops -----------------
@@ -38,13 +54,15 @@ CUDA_SOURCES = (
     "gpu/layer_norm.cu",
 )
 CUDA_KERNEL_SOURCES = tuple(s for s in CUDA_SOURCES if s.endswith(".cu"))
-CUDA_HEADERS = ("gpu/common.cuh", "gpu/launchers.h", "ops.h", "op_checks.h")
+CUDA_HEADERS = ("gpu/common.cuh", "gpu/launchers.h", "gpu/device_shim.h", "ops.h", "op_checks.h")
+# headers of the torch glue, not of the kernels: they may include torch, and no kernel's code depends on them
+CUDA_GLUE_HEADERS = ("device_shim.h",)
 # sm_90 machine code plus compute_90 PTX (the same as -gencode arch=compute_90,code=[sm_90,compute_90],
 # written as two flags so no shell ever sees the brackets). Naming an arch also stops cpp_extension from
 # adding its own list of architectures (it would pick every supported one when no GPU is present).
 GENCODE = ("-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_90,code=compute_90")
-CUDA_FLAGS = ("-O3", "-lineinfo", *GENCODE)
-CUDA_CXX_FLAGS = ("-O3",)
+CUDA_FLAGS = ("-O3", "-lineinfo", *GENCODE, *NVCC_HOST_WARNINGS)
+CUDA_CXX_FLAGS = ("-O3", *WARNINGS)
 
 # --- the CUDA glue and kernels on the CPU emulation (tests only): library `normlab_emu` ------------------
 # Each .cu is compiled by g++ as C++ after emulation/emu.h (a generated two-line wrapper per kernel file);
@@ -52,7 +70,8 @@ CUDA_CXX_FLAGS = ("-O3",)
 # calls bind to emu_runtime.cpp, never to a libcudart loaded by torch.
 EMU_NAME = "normlab_emu"
 EMU_SOURCES = ("gpu/emulation/ops_emu.cpp", "gpu/emulation/emu_runtime.cpp")
-EMU_CFLAGS = ("-O1", "-pthread")
+# -Wno-unknown-pragmas: g++ does not know nvcc's `#pragma unroll`, which the real build reads.
+EMU_CFLAGS = ("-O1", "-pthread", *WARNINGS, "-Wno-unknown-pragmas")
 EMU_LDFLAGS = ("-pthread", "-Wl,-Bsymbolic")
 
 # --- the rsqrt study's extensions ----------------------------------------------------------------------
@@ -163,7 +182,7 @@ def load_emulation_library():
         if not path.exists() or path.read_text() != text:  # rewritten only on change: ninja keeps its cache
             path.write_text(text)
         wrappers.append(path)
-    cflags = (*EMU_CFLAGS, f"-I{home / 'include'}", f"-I{SOURCES / 'gpu' / 'emulation'}")
+    cflags = (*EMU_CFLAGS, "-isystem", str(home / "include"), f"-I{SOURCES / 'gpu' / 'emulation'}")
     return load_extension(EMU_NAME, (*EMU_SOURCES, *wrappers), extra_cflags=cflags, extra_ldflags=EMU_LDFLAGS)
 
 
@@ -183,3 +202,22 @@ def load_rsqrt_gpu(fast_math: bool = False):
     name = "rsqrt_gpu_fast" if fast_math else "rsqrt_gpu"
     return load_extension(name, RSQRT_GPU_SOURCES, cuda=True, extra_cflags=["-O3"] + variant,
                           extra_cuda_cflags=cuda_flags, is_python_module=True)
+
+
+def glue_host_compile_command(source: Path, output: Path, defines=()) -> list[str]:
+    """The host compiler's command that compiles one torch-glue source (``source``: an absolute path) to
+    ``output`` with the project's warning flags, as the GPU build sees it (no ``NORMLAB_EMULATION``): torch,
+    Python and the CUDA toolkit's headers as ``-isystem``. Needs g++ and the CUDA headers, not nvcc or a
+    GPU: the CUDA build's branch of the glue is compiled and warned about on every machine."""
+    import sysconfig
+
+    import torch
+    from torch.utils import cpp_extension
+
+    _require_compiler(cuda=True)
+    system = [*cpp_extension.include_paths(), str(Path(os.environ["CUDA_HOME"]) / "include"),
+              sysconfig.get_paths()["include"]]
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    return [os.environ.get("CXX", "c++"), "-std=c++20", "-fPIC", "-O1", *WARNINGS,
+            f"-D_GLIBCXX_USE_CXX11_ABI={abi}", *(f"-D{d}" for d in defines),
+            *(a for inc in system for a in ("-isystem", inc)), "-c", str(source), "-o", str(output)]

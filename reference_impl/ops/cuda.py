@@ -4,7 +4,9 @@ Sources are in ``cuda/gpu/``: the kernels in ``.cu`` files behind raw-pointer la
 so nvcc is quick), the torch glue in ``ops_cuda.cpp``, which registers the four ops of ``cuda/ops.cpp``
 under the CUDA dispatch key and declares one more op, ``normlab::rms_norm_fwd_version``, that runs a
 chosen RMSNorm forward version (1 one thread per row, 2 shared-memory tree, 3 warp shuffles, 4 vectorized
-with the row in registers; version 5, the fused residual add, is ``rms_norm_fwd`` with a residual).
+with the row in registers, 6 several short rows per block; version 5, the fused residual add, is
+``rms_norm_fwd`` with a residual). ``rms_norm_fwd`` itself runs version 6 for rows that fit one warp's
+registers (at most 256 vectors of 16 bytes) and version 4 or 5 for longer rows.
 
 The library is compiled for Hopper only (``sm_90`` machine code plus ``compute_90`` PTX) with
 ``torch.utils.cpp_extension`` into ``build/native/normlab_cuda``; compiling needs nvcc but no GPU, and
@@ -19,7 +21,7 @@ from .library import CONVENTIONS, load_cuda
 
 __all__ = ["ensure_loaded", "build", "rms_norm_fwd_version", "rms_forward_bound", "VERSIONS"]
 
-VERSIONS = (1, 2, 3, 4, 5)
+VERSIONS = (1, 2, 3, 4, 5, 6)
 
 
 def build(verbose: bool = False):
@@ -38,11 +40,13 @@ def ensure_loaded() -> None:
 
 def rms_norm_fwd_version(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
                          version: int = 4, convention: str = "llama", block_size: int = 0):
-    """Run RMSNorm forward version ``version`` (1-5) on a CUDA tensor; returns ``(y, rstd)``.
+    """Run RMSNorm forward version ``version`` (1-6) on a CUDA tensor; returns ``(y, rstd)``.
 
     Same numerics and conventions as :func:`reference_impl.ops.fused_rms_norm`. ``block_size`` (threads
     per block) may be given for versions 1-3 (version 2 needs a power of two); 0 picks the default.
-    Version 5 is the production op without a residual, i.e. version 4's kernel.
+    Version 4 always runs one row per block; version 6 runs several rows per block and takes rows of at
+    most 256 vectors (a ValueError otherwise). Version 5 is the production op without a residual: version
+    6's kernel for rows that fit it, version 4's for longer rows.
     """
     from .._checks import check_eps, check_input, check_param
 

@@ -17,8 +17,9 @@ Same contract as :func:`reference_impl.ops.fused_rms_norm` / :func:`~reference_i
 - dweight (and dbias) deterministic: per-program float32 partial sums over a fixed block of rows, then a
   second kernel that adds the partials of each column in a fixed order. No atomics, no locks.
 
-Launch shape: the forward runs one program per row. A row of at most ``MAX_SINGLE_BLOCK`` elements is held
-in registers as one tile; a longer row is read in chunks of ``block_size`` elements (``CHUNK`` by default),
+Launch shape: the forward runs one program per row, except for rows of at most ``ROWS_MAX_D`` elements
+when no ``block_size`` is given: those run several to a program (:mod:`.triton_rows`). A row of at most
+``MAX_SINGLE_BLOCK`` elements is held in registers as one tile; a longer row is read in chunks of ``block_size`` elements (``CHUNK`` by default),
 once for the statistics and once more for the output (LayerNorm reads it once more, for its centred
 variance).
 
@@ -47,6 +48,7 @@ SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 MAX_SINGLE_BLOCK = 8192   # longest row kept in registers as one tile (elements)
 CHUNK = 4096              # chunk width for longer rows
 _FLOAT32_MAX = torch.finfo(torch.float32).max  # eps is added in float32
+ROWS_MAX_D = 256          # rows this short run several to a program (triton_rows.py) unless block_size is given
 PARTIAL_BLOCK_ROWS = 16   # partial rows the second dweight kernel adds per step
 PARTIAL_BLOCK_COLS = 128  # columns per program of the second dweight kernel
 
@@ -552,7 +554,11 @@ def _fwd(x, weight, bias, residual, eps, is_rms, gemma, block_size):
     h = torch.empty_like(x2) if res2 is not None else None
     rstd = torch.empty(n, dtype=torch.float32, device=x.device)
     mean = None if is_rms else torch.empty(n, dtype=torch.float32, device=x.device)
-    if n > 0:
+    if n > 0 and block_size is None and d <= ROWS_MAX_D:  # short rows: several per program
+        from .triton_rows import fwd_rows
+
+        fwd_rows(x2, res2, weight, bias, y, h, mean, rstd, eps, is_rms, gemma)
+    elif n > 0:
         block, single, nw, _ = _settings(d, block_size)
         dummy = x2
         _norm_fwd_kernel[(n,)](

@@ -13,7 +13,10 @@ Run by ``scripts/gpu_check.sh`` on a lent GPU machine. For bfloat16 and float32 
   version 4, and against two copies (the same 4 N b);
 - forward+backward: ``F.rms_norm``, ``torch.compile``, ``F.layer_norm``, our CUDA ops, our Triton ops and
   Liger-Kernel's RMSNorm;
-- version 3's block size (claim C42) and version 4 with and without its 16-byte vector path (claim C29).
+- version 3's block size (claim C42) and version 4 with and without its 16-byte vector path (claim C29);
+- short rows (bf16 heads of 64, 128 and 256, the QK-norm case): version 4 (one row per block), version 6
+  (several rows per block, what the op runs for them) and the Triton forward with one row per program
+  against its block-row kernel (``reference_impl.ops.triton_rows``), with the copy and ``F.rms_norm``.
 
 Method: every implementation is first checked against a float32 PyTorch computation of the same math on
 the group's own inputs (relative L2 error of the output and, for forward+backward, of dx and dweight;
@@ -31,18 +34,18 @@ by the forward copy's median.
 Writes ``docs/data/bench_gpu.json`` (device, driver, the versions of torch, triton and liger-kernel, and
 the ``provenance`` block of :mod:`reference_impl.provenance`) and, where matplotlib is present, SVG plots
 under ``docs/data/plots/cuda/``. The file is rewritten after every group with ``"complete": false`` so
-that a run cut short still leaves its numbers. ``--dry-run`` prints the plan and checks what can be
-checked without a GPU; ``--quick`` is a smoke run on two small shapes, written to
-``build/bench_gpu_quick.json`` unless ``--out`` says otherwise (never commit it as the measurement).
+that a run cut short still leaves its numbers. ``--dry-run`` runs every step on tiny shapes without a GPU,
+on the stand-ins of :mod:`reference_impl.studies.gpu_device` (the CUDA emulation, the Triton interpreter),
+and writes ``build/bench_gpu_dry.json`` unless ``--out`` says otherwise; ``--quick`` is a smoke run on two
+small shapes, written to ``build/bench_gpu_quick.json`` unless ``--out`` says otherwise (never commit
+either as the measurement).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
-import platform
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -50,6 +53,8 @@ import torch
 import torch.nn.functional as F
 
 from ..provenance import finish, python_closure, record
+from .bench_gpu_report import TARGET_SHAPE, plot, summarize
+from .gpu_device import Device
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "docs" / "data" / "bench_gpu.json"
@@ -59,6 +64,11 @@ DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 # the target shape first: if the run is cut short, the partial file written after each group has it
 SHAPES = [(32768, 8192), (16384, 4096), (4096, 1024)]
 QUICK_SHAPES = [(2048, 1024), (1024, 4096)]
+# short rows, bf16: QK-norm's heads (rows = tokens x heads)
+SHORT_SHAPES = [(262144, 64), (262144, 128), (131072, 256)]
+# the dry run's tiny shapes: every group of the real run, small enough for the CPU emulation
+DRY_SHAPES = [(8, 256)]
+DRY_SHORT_SHAPES = [(40, 64), (9, 256)]
 EPS = 1e-6
 LN_EPS = 1e-5
 FWD = ("copy", "F_rms_norm", "torch_compile", "F_layer_norm", "normlab_v1", "normlab_v2", "normlab_v3",
@@ -66,10 +76,10 @@ FWD = ("copy", "F_rms_norm", "torch_compile", "F_layer_norm", "normlab_v1", "nor
 RESIDUAL = ("copy_residual", "add_then_normlab_v4", "normlab_v5", "triton_residual")
 FWD_BWD = ("F_rms_norm", "torch_compile", "F_layer_norm", "normlab_rms_norm", "normlab_layer_norm",
            "triton_rms_norm", "triton_layer_norm", "liger_rms_norm")
+SHORT = ("copy", "F_rms_norm", "normlab_v4", "normlab_v6", "triton_one_row", "triton_rms_norm")
 MODES = (("forward", FWD), ("residual", RESIDUAL), ("forward_backward", FWD_BWD))
 PEERS = ("F_rms_norm", "torch_compile", "F_layer_norm", "liger_rms_norm")  # not ours: validated, not tuned
 BLOCK_SWEEP = (64, 128, 256, 512, 1024)
-TARGET_SHAPE = "32768x8192"
 REPS = 3                       # interleaved repetitions per (dtype, shape, mode)
 TIME_PER_REP_S = 0.025         # timed calls per repetition: as many as fit, between MIN_CALLS and MAX_CALLS
 MIN_CALLS, MAX_CALLS = 3, 40
@@ -83,18 +93,8 @@ LIGER_API = ("liger_kernel.ops.rms_norm.LigerRMSNormFunction.apply(x, w, eps, of
 # environment
 # ------------------------------------------------------------------------------------------------------
 
-def device_info() -> dict:
-    p = torch.cuda.get_device_properties(0)
-    info = {"name": p.name, "sm_count": p.multi_processor_count, "memory_gib": round(p.total_memory / 2**30, 1),
-            "capability": f"{p.major}.{p.minor}", "l2_mib": round(getattr(p, "L2_cache_size", 0) / 2**20, 1),
-            "torch": torch.__version__, "cuda_runtime": torch.version.cuda, "python": platform.python_version()}
-    try:
-        q = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                           capture_output=True, text=True, timeout=30)
-        info["driver"] = q.stdout.strip().splitlines()[0] if q.returncode == 0 and q.stdout.strip() else "unknown"
-    except (OSError, subprocess.SubprocessError):
-        info["driver"] = "unknown"
-    return info
+DEV = Device()
+"""Where the benchmark runs: the GPU, or (``--dry-run``) the CPU stand-ins."""
 
 
 _DEVICE = None
@@ -103,7 +103,7 @@ _DEVICE = None
 def device_info_cached() -> dict:
     global _DEVICE
     if _DEVICE is None:
-        _DEVICE = device_info()
+        _DEVICE = DEV.info()
     return _DEVICE
 
 
@@ -157,7 +157,7 @@ def min_bytes(rows: int, d: int, dtype, mode: str, impl: str) -> int:
     b = torch.empty((), dtype=dtype).element_size()
     n = rows * d
     params = 0 if impl.startswith("copy") else (2 if "layer_norm" in impl else 1) * d * b
-    if mode == "forward":
+    if mode in ("forward", "short_rows"):
         return 2 * n * b + params
     if mode == "residual":
         return 4 * n * b + params
@@ -167,9 +167,10 @@ def min_bytes(rows: int, d: int, dtype, mode: str, impl: str) -> int:
 _compiled = None
 
 
-def _impl(impl: str, d: int):
-    """f(s) for one implementation, s an input set (x, w, b, r, dy, and the copy's preallocated buffers)."""
-    from ..ops import cuda as cuda_ops
+def _impl(impl: str, d: int, mode: str = "forward"):
+    """f(s) for one implementation, s an input set (x, w, b, r, dy, and the copy's preallocated buffers).
+    The forward of our CUDA ops runs on DEV (the emulation in a dry run); forward+backward goes through
+    the autograd of :mod:`reference_impl.ops.library`."""
     from ..ops import library as fused
     from ..ops import triton_norm as tn
     from .bench import plain_rms_norm
@@ -183,24 +184,31 @@ def _impl(impl: str, d: int):
     if impl == "torch_compile":
         global _compiled
         if _compiled is None:  # one wrapper: it recompiles per shape and dtype (static shapes, its best case)
-            _compiled = torch.compile(plain_rms_norm, dynamic=False)
+            _compiled = torch.compile(plain_rms_norm, dynamic=False, backend="eager" if DEV.emulated else "inductor")
         c = _compiled
         return lambda s: c(s["x"], s["w"], EPS)
     if impl == "F_layer_norm":
         return lambda s: F.layer_norm(s["x"], (d,), s["w"], s["b"], LN_EPS)
-    if impl.startswith("normlab_v") and impl[-1] in "1234":
+    if impl.startswith("normlab_v") and impl[-1] in "12346":
         v = int(impl[-1])
-        return lambda s: cuda_ops.rms_norm_fwd_version(s["x"], s["w"], EPS, v, "llama")[0]
+        return lambda s: DEV.rms_version(s["x"], s["w"], EPS, v)
     if impl == "normlab_v5":
-        return lambda s: fused.fused_rms_norm(s["x"], s["w"], EPS, residual=s["r"])
+        return lambda s: DEV.rms_forward(s["x"], s["w"], EPS, residual=s["r"])
     if impl == "add_then_normlab_v4":
-        return lambda s: (fused.fused_rms_norm(s["x"] + s["r"], s["w"], EPS), None)
+        return lambda s: (DEV.rms_version(s["x"] + s["r"], s["w"], EPS, 4), None)
     if impl == "normlab_rms_norm":
+        if mode != "forward_backward":
+            return lambda s: DEV.rms_forward(s["x"], s["w"], EPS)
         return lambda s: fused.fused_rms_norm(s["x"], s["w"], EPS)
     if impl == "normlab_layer_norm":
+        if mode != "forward_backward":
+            return lambda s: DEV.layer_norm_forward(s["x"], s["w"], s["b"], LN_EPS)
         return lambda s: fused.fused_layer_norm(s["x"], s["w"], s["b"], LN_EPS)
-    if impl == "triton_rms_norm":
+    if impl == "triton_rms_norm":  # short rows: the block-row kernel
         return lambda s: tn.triton_rms_norm(s["x"], s["w"], EPS)
+    if impl == "triton_one_row":  # a given tile width keeps one row per program
+        tile = max(16, 1 << max(0, d - 1).bit_length())
+        return lambda s: tn.triton_rms_norm(s["x"], s["w"], EPS, block_size=tile)
     if impl == "triton_residual":
         return lambda s: tn.triton_rms_norm(s["x"], s["w"], EPS, residual=s["r"])
     if impl == "triton_layer_norm":
@@ -231,16 +239,16 @@ def _first(out):
 
 
 def _sets(rows, d, dtype, grad: bool, seed: int, count: int | None = None):
-    g = torch.Generator(device="cuda").manual_seed(seed)
+    g = DEV.generator(seed)
     nbytes = rows * d * torch.empty((), dtype=dtype).element_size()
     k = count or (min(MAX_SETS, math.ceil(ROTATE_BELOW_BYTES / max(nbytes, 1))) if nbytes < ROTATE_BELOW_BYTES else 1)
     out = []
     for _ in range(k):
-        x = torch.randn(rows, d, device="cuda", dtype=dtype, generator=g)
-        r = torch.randn(rows, d, device="cuda", dtype=dtype, generator=g)
-        w = (1 + 0.1 * torch.randn(d, device="cuda", generator=g)).to(dtype)
-        b = (0.1 * torch.randn(d, device="cuda", generator=g)).to(dtype)
-        dy = torch.randn(rows, d, device="cuda", dtype=dtype, generator=g) if grad else None
+        x = torch.randn(rows, d, device=DEV.type, dtype=dtype, generator=g)
+        r = torch.randn(rows, d, device=DEV.type, dtype=dtype, generator=g)
+        w = (1 + 0.1 * torch.randn(d, device=DEV.type, generator=g)).to(dtype)
+        b = (0.1 * torch.randn(d, device=DEV.type, generator=g)).to(dtype)
+        dy = torch.randn(rows, d, device=DEV.type, dtype=dtype, generator=g) if grad else None
         if grad:
             x, w, b = (t.requires_grad_(True) for t in (x, w, b))
         s = {"x": x, "w": w, "b": b, "r": r, "dy": dy}
@@ -302,32 +310,24 @@ def _call(fn, s, mode):
 
 def _warm(fn, sets, mode) -> int:
     """Warm-up (and compilation) calls; returns how many calls one repetition times."""
-    for i in range(3):
+    for i in range(1 if DEV.emulated else 3):
         _call(fn, sets[i % len(sets)], mode)
-    torch.cuda.synchronize()
-    a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    _call(fn, sets[0], mode)
-    z.record()
-    torch.cuda.synchronize()
-    est = max(a.elapsed_time(z), 1e-3)
+    DEV.sync()
+    if DEV.emulated:  # the stand-ins' times mean nothing: one call per repetition exercises the loop
+        return 1
+    est = max(DEV.time_calls(lambda i: _call(fn, sets[0], mode), 1)[0], 1e-3)
     return int(min(MAX_CALLS, max(MIN_CALLS, TIME_PER_REP_S * 1e3 / est)))
 
 
 def _rep(fn, sets, mode, calls: int, start: int = 0) -> float:
     """One repetition: median milliseconds of ``calls`` calls, CUDA events around each."""
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(calls)]
-    for i, (a, z) in enumerate(events):
-        a.record()
-        _call(fn, sets[(start + i) % len(sets)], mode)
-        z.record()
-    torch.cuda.synchronize()
-    return statistics.median(a.elapsed_time(z) for a, z in events)
+    return statistics.median(DEV.time_calls(lambda i: _call(fn, sets[(start + i) % len(sets)], mode), calls))
 
 
-def time_interleaved(fns: dict, sets, mode, reps: int = REPS) -> dict:
+def time_interleaved(fns: dict, sets, mode, reps: int | None = None) -> dict:
     """{name: {"reps_ms": [...], "calls": n}}: every implementation warmed up, then ``reps`` rounds that
-    each time every implementation once, in an order rotated by one each round."""
+    each time every implementation once, in an order rotated by one each round (REPS; 2 in a dry run)."""
+    reps = reps or (2 if DEV.emulated else REPS)
     calls = {name: _warm(fn, sets, mode) for name, fn in fns.items()}
     out = {name: {"reps_ms": [], "calls": calls[name]} for name in fns}
     names = list(fns)
@@ -342,8 +342,13 @@ def summarize_reps(reps_ms: list[float], nbytes: int) -> dict:
     ms = statistics.median(reps_ms)
     return {"ms": round(ms, 5), "ms_min": round(min(reps_ms), 5), "ms_max": round(max(reps_ms), 5),
             "reps_ms": [round(v, 5) for v in reps_ms], "bytes": nbytes,
-            "gbps": round(nbytes / ms / 1e6, 1), "gbps_min": round(nbytes / max(reps_ms) / 1e6, 1),
-            "gbps_max": round(nbytes / min(reps_ms) / 1e6, 1)}
+            "gbps": _sig(nbytes / ms / 1e6), "gbps_min": _sig(nbytes / max(reps_ms) / 1e6),
+            "gbps_max": _sig(nbytes / min(reps_ms) / 1e6)}
+
+
+def _sig(v: float, digits: int = 5) -> float:
+    """v to `digits` significant digits: a slow dry run's small figures stay positive, a GPU's keep 0.1 GB/s."""
+    return float(f"{v:.{digits}g}")
 
 
 def add_frac_copy(entry: dict, copy: dict, paired: bool) -> None:
@@ -353,9 +358,9 @@ def add_frac_copy(entry: dict, copy: dict, paired: bool) -> None:
         fr = [(entry["bytes"] / e) / (copy["bytes"] / c) for e, c in zip(entry["reps_ms"], copy["reps_ms"])]
     else:
         fr = [(entry["bytes"] / e) / (copy["bytes"] / copy["ms"]) for e in entry["reps_ms"]]
-    entry["frac_copy"] = round(statistics.median(fr), 4)
-    entry["frac_copy_min"] = round(min(fr), 4)
-    entry["frac_copy_max"] = round(max(fr), 4)
+    entry["frac_copy"] = _sig(statistics.median(fr), 4)
+    entry["frac_copy_min"] = _sig(min(fr), 4)
+    entry["frac_copy_max"] = _sig(max(fr), 4)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -371,10 +376,12 @@ def sources() -> list[str]:
     return kernels + ["cuda/op_checks.h", "cuda/ops.cpp", "cuda/ops.h"] + python_closure("reference_impl/studies/bench_gpu.py")
 
 
-def plan(shapes, dtypes) -> list[tuple]:
-    """The (dtype name, rows, d, mode, implementations) groups, in run order."""
-    return [(dn, rows, d, mode, tuple(i for i in impls if available(i)))
-            for dn in dtypes for (rows, d) in shapes for mode, impls in MODES]
+def plan(shapes, dtypes, short_shapes=SHORT_SHAPES) -> list[tuple]:
+    """The (dtype name, rows, d, mode, implementations) groups, in run order: every mode for every shape
+    and dtype, then the short rows in bfloat16."""
+    groups = [(dn, rows, d, mode, tuple(i for i in impls if available(i)))
+              for dn in dtypes for (rows, d) in shapes for mode, impls in MODES]
+    return groups + [("bfloat16", rows, d, "short_rows", SHORT) for rows, d in short_shapes]
 
 
 def triton_settings(shapes) -> dict:
@@ -382,19 +389,23 @@ def triton_settings(shapes) -> dict:
     from ..ops import triton_norm as tn
 
     out = {}
+    from ..ops import triton_rows
+
     for _, d in shapes:
         block, single, fw, bw = tn._settings(d, None)
         out[str(d)] = {"block": block, "single_tile": single, "forward_warps": fw, "backward_warps": bw}
+        if d <= tn.ROWS_MAX_D:
+            out[str(d)]["rows_per_program"] = triton_rows.rows_settings(d)[1]
     return out
 
 
-def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOTS, quick: bool = False) -> dict:
+def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOTS, quick: bool = False,
+        short_shapes=SHORT_SHAPES) -> dict:
     from tqdm import tqdm
 
-    from ..ops import cuda as cuda_ops
     from . import cuda_resources as cuda_build_report
 
-    cuda_ops.ensure_loaded()
+    DEV.prepare()
     try:  # one compiled graph per (shape, dtype, mode): let all of them compile instead of falling back
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
     except AttributeError:
@@ -402,18 +413,19 @@ def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOT
     prov = record(COMMAND, sources(), quick=quick, packages=("torch", "triton", "liger-kernel"),
                   machine_extra={"device": device_info_cached()},
                   hashed_settings=cuda_build_report.hashed_settings())
-    head = {"device": device_info_cached(), "peers": peers_info(), "triton_settings": triton_settings(shapes)}
+    head = {"device": device_info_cached(), "peers": peers_info(),
+            "triton_settings": triton_settings([*shapes, *short_shapes])}
     results: dict = {}
     checks: dict = {}
-    groups = plan(shapes, {dn: dtypes[dn] for dn in dtypes})
+    groups = plan(shapes, {dn: dtypes[dn] for dn in dtypes}, short_shapes)
     bar = tqdm(groups, desc="bench_gpu", unit="group")
     for dn, rows, d, mode, impls in bar:
         dtype = dtypes[dn]
         key = f"{rows}x{d}"
         bar.set_postfix_str(f"{dn} {key} {mode}")
-        torch.cuda.empty_cache()
+        DEV.empty_cache()
         sets = _sets(rows, d, dtype, mode == "forward_backward", 1)
-        fns = {i: _impl(i, d) for i in impls}
+        fns = {i: _impl(i, d, mode) for i in impls}
         for impl in impls:  # validation before timing; an implementation that fails is left out
             ck = f"{impl}|{dn}|{key}|{mode}"
             try:
@@ -426,7 +438,7 @@ def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOT
                 checks[ck] = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
                 print(f"bench_gpu: {ck} raised {checks[ck]['error']}; left out", file=sys.stderr)
                 fns.pop(impl)
-        torch.cuda.empty_cache()
+        DEV.empty_cache()
         timed = time_interleaved(fns, sets, mode)
         del sets
         group = results.setdefault(dn, {}).setdefault(key, {}).setdefault(mode, {})
@@ -436,7 +448,7 @@ def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOT
         if mode == "residual":
             for v in group.values():
                 add_frac_copy(v, group["copy_residual"], paired=True)
-        elif mode == "forward":
+        elif mode in ("forward", "short_rows"):
             for v in group.values():
                 add_frac_copy(v, group["copy"], paired=True)
         else:  # forward+backward against the forward copy of the same shape (an earlier group)
@@ -446,9 +458,9 @@ def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOT
                      "validation_rel_l2": checks, "results": results})
     # version 3's block size (claim C42) at the target shape in bfloat16 (the first shape in quick mode)
     rows, d = shapes[0] if quick else (int(t) for t in TARGET_SHAPE.split("x"))
+    rows = 1 if DEV.emulated else rows  # a 1024-thread block is 1024 host threads in the emulation
     sets = _sets(rows, d, torch.bfloat16, False, 3)
-    fns = {str(blk): (lambda s, blk=blk: cuda_ops.rms_norm_fwd_version(s["x"], s["w"], EPS, 3, "llama", blk)[0])
-           for blk in BLOCK_SWEEP}
+    fns = {str(blk): (lambda s, blk=blk: DEV.rms_version(s["x"], s["w"], EPS, 3, blk)) for blk in BLOCK_SWEEP}
     timed = time_interleaved(fns, sets, "forward")
     sweep = {blk: summarize_reps(t["reps_ms"], min_bytes(rows, d, torch.bfloat16, "forward", "v3"))
              for blk, t in timed.items()}
@@ -458,14 +470,14 @@ def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOT
     # 16-byte boundary (an offset view); version 4, the op behind fused_rms_norm; and a row too long for
     # registers (65536 bf16: the streaming branch), 4096 rows of it
     vector_path = {}
-    n_vec = 4096 if quick else 32768
+    n_vec = 2 if DEV.emulated else 4096 if quick else 32768
     for label, n, dv, offset in (("d8192", n_vec, 8192, 0), ("d8200", n_vec, 8200, 0), ("d8191", n_vec, 8191, 0),
-                                 ("d8192_offset1", n_vec, 8192, 1), ("d65536_streaming", 512 if quick else 4096, 65536, 0)):
-        g = torch.Generator(device="cuda").manual_seed(5)
-        base = torch.randn(n * dv + offset, device="cuda", dtype=torch.bfloat16, generator=g)
-        s = {"x": base[offset:].view(n, dv), "w": torch.ones(dv, device="cuda", dtype=torch.bfloat16)}
-        timed = time_interleaved({"v4": lambda s: cuda_ops.rms_norm_fwd_version(s["x"], s["w"], EPS, 4, "llama")[0]},
-                                 [s], "forward")
+                                 ("d8192_offset1", n_vec, 8192, 1),
+                                 ("d65536_streaming", 1 if DEV.emulated else 512 if quick else 4096, 65536, 0)):
+        g = DEV.generator(5)
+        base = torch.randn(n * dv + offset, device=DEV.type, dtype=torch.bfloat16, generator=g)
+        s = {"x": base[offset:].view(n, dv), "w": torch.ones(dv, device=DEV.type, dtype=torch.bfloat16)}
+        timed = time_interleaved({"v4": lambda s: DEV.rms_version(s["x"], s["w"], EPS, 4)}, [s], "forward")
         vector_path[label] = {"rows": n, "d": dv, "offset_elements": offset,
                               **summarize_reps(timed["v4"]["reps_ms"], min_bytes(n, dv, torch.bfloat16, "forward", "v4"))}
         del base, s
@@ -493,128 +505,13 @@ def run(shapes=SHAPES, dtypes=DTYPES, out: Path = OUT, plots: Path | None = PLOT
     return data
 
 
-def _beyond_spread(fast: dict, slow: dict) -> bool:
-    """'faster' only where the gap exceeds the spread: the slowest repetition of one beats the fastest of
-    the other."""
-    return fast["ms_max"] < slow["ms_min"]
-
-
-def _ratio(slow: dict | None, fast: dict | None):
-    return None if slow is None or fast is None else round(slow["ms"] / fast["ms"], 3)
-
-
-def summarize(results: dict) -> dict:
-    """The targets at bf16 32768x8192, the ratios the claims ledger needs (C16, C20), and our Triton
-    kernel against Liger-Kernel, torch.compile, F.rms_norm and the CUDA kernels. A value is None where an
-    implementation it needs was left out (it failed to run; see validation_rel_l2)."""
-    s: dict = {}
-    bf = results.get("bfloat16", {}).get(TARGET_SHAPE)
-    if bf and "forward" in bf and "forward_backward" in bf:
-        f, fb = bf["forward"], bf["forward_backward"]
-
-        def frac(g, impl):
-            return g[impl]["frac_copy"] if impl in g else None
-
-        def beyond(g, fast, slow):
-            return _beyond_spread(g[fast], g[slow]) if fast in g and slow in g else None
-
-        s["target_bf16_32768x8192"] = {
-            "fwd_frac_copy": frac(f, "normlab_v4"),
-            "fwd_meets_90pct_copy": None if frac(f, "normlab_v4") is None else frac(f, "normlab_v4") >= 0.9,
-            "fwd_faster_than_F_rms_norm": beyond(f, "normlab_v4", "F_rms_norm"),
-            "fwd_faster_than_torch_compile": beyond(f, "normlab_v4", "torch_compile"),
-            "fwd_bwd_frac_copy": frac(fb, "normlab_rms_norm"),
-            "fwd_bwd_meets_70pct_copy": None if frac(fb, "normlab_rms_norm") is None else frac(fb, "normlab_rms_norm") >= 0.7,
-            "triton_fwd_frac_copy": frac(f, "triton_rms_norm"),
-            "triton_fwd_bwd_frac_copy": frac(fb, "triton_rms_norm"),
-        }
-    s["rms_over_ln_speedup_fwd"] = {
-        dn: {k: _ratio(v["forward"].get("normlab_layer_norm"), v["forward"].get("normlab_v4"))
-             for k, v in by.items() if "forward" in v} for dn, by in results.items()}
-    s["F_rms_over_F_ln_speedup_fwd"] = {
-        dn: {k: _ratio(v["forward"].get("F_layer_norm"), v["forward"].get("F_rms_norm"))
-             for k, v in by.items() if "forward" in v} for dn, by in results.items()}
-    if "bfloat16" in results and "float32" in results:
-        s["bf16_over_fp32_speedup_fwd"] = {
-            k: _ratio(results["float32"][k].get("forward", {}).get("normlab_v4"), v.get("forward", {}).get("normlab_v4"))
-            for k, v in results["bfloat16"].items() if k in results["float32"]}
-    # Triton against the peers: ratio > 1 means the peer took longer; beyond_spread as _beyond_spread
-    tri: dict = {}
-    for dn, by in results.items():
-        for key, modes in by.items():
-            for mode in ("forward", "forward_backward"):
-                g = modes.get(mode, {})
-                if "triton_rms_norm" not in g:
-                    continue
-                t = g["triton_rms_norm"]
-                for peer in ("liger_rms_norm", "torch_compile", "F_rms_norm", "normlab_v4", "normlab_rms_norm"):
-                    if peer in g:
-                        tri.setdefault(dn, {}).setdefault(key, {}).setdefault(mode, {})[peer] = {
-                            "peer_ms_over_triton_ms": _ratio(g[peer], t),
-                            "triton_faster_beyond_spread": _beyond_spread(t, g[peer]),
-                            "peer_faster_beyond_spread": _beyond_spread(g[peer], t)}
-    s["triton_vs_peers"] = tri
-    return s
-
-
-def plot(data: dict, out_dir: Path) -> list[str]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for dn, by_shape in data["results"].items():
-        for mode in ("forward", "residual", "forward_backward"):
-            shapes = [s for s in by_shape if mode in by_shape[s]]
-            if not shapes:
-                continue
-            impls = list(by_shape[shapes[0]][mode])
-            fig, ax = plt.subplots(figsize=(9, 4))
-            width = 0.8 / len(impls)
-            for j, impl in enumerate(impls):
-                vals = [by_shape[s][mode].get(impl) for s in shapes]
-                med = [v["gbps"] if v else 0.0 for v in vals]
-                lo = [v["gbps"] - v.get("gbps_min", v["gbps"]) if v else 0.0 for v in vals]
-                hi = [v.get("gbps_max", v["gbps"]) - v["gbps"] if v else 0.0 for v in vals]
-                ax.bar([i + j * width for i in range(len(shapes))], med, width, yerr=[lo, hi], capsize=1.5,
-                       label=impl)
-            ax.set_xticks([i + 0.4 - width / 2 for i in range(len(shapes))], shapes)
-            ax.set_ylabel("GB/s (minimum bytes)")
-            ax.set_title(f"{data['device']['name']}, {dn}, {mode} ({data['provenance']['date'][:10]}); "
-                         "bars: median, whiskers: min-max of repetitions", fontsize=8)
-            ax.legend(fontsize=6, ncol=4)
-            fig.tight_layout()
-            path = out_dir / f"bench_gpu_{dn}_{mode}.svg"
-            fig.savefig(path, metadata={"Date": None})
-            plt.close(fig)
-            written.append(str(path))
-    return written
-
-
-def dry_run(shapes) -> int:
-    """Prints the plan and checks what needs no GPU: every implementation name resolves, the Triton
-    settings, and whether Liger-Kernel imports."""
-    groups = plan(shapes, DTYPES)
-    for dn, rows, d, mode, impls in groups:
-        for impl in impls:
-            _impl(impl, d)  # builds the closure: unknown names and missing modules fail here
-        print(f"{dn:9s} {rows:6d}x{d:<6d} {mode:17s} {len(impls):2d} implementations, {REPS} interleaved repetitions")
-    lk = liger()
-    print("liger-kernel:", lk.get("version") or f"NOT AVAILABLE ({lk['error']})")
-    print("triton settings:", json.dumps(triton_settings(shapes)))
-    print(f"{len(groups)} groups, {sum(len(g[4]) for g in groups)} timed cases; validation before timing; "
-          "then the v3 block sweep and the v4 vector-path cases")
-    return 0
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog=COMMAND, description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=OUT, help="data file (default docs/data/bench_gpu.json)")
     ap.add_argument("--plot-only", action="store_true", help="render the SVG plots from an existing --out file")
     ap.add_argument("--quick", action="store_true", help="two small shapes (a smoke run; do not commit its file)")
-    ap.add_argument("--dry-run", action="store_true", help="print the plan and check imports; needs no GPU")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="every step on tiny shapes on the CPU stand-ins (CUDA emulation, Triton interpreter); no GPU")
     ap.add_argument("--no-plots", action="store_true", help="write no SVG plots")
     args = ap.parse_args(argv)
     shapes = QUICK_SHAPES if args.quick else SHAPES
@@ -623,7 +520,18 @@ def main(argv=None) -> int:
             print(p)
         return 0
     if args.dry_run:
-        return dry_run(shapes)
+        global DEV
+        DEV = Device(emulated=True)
+        out = REPO / "build" / "bench_gpu_dry.json" if args.out == OUT else args.out  # never the measurement
+        data = run(shapes=DRY_SHAPES, out=out, plots=None, quick=True, short_shapes=DRY_SHORT_SHAPES)
+        checks = data["validation_rel_l2"]
+        # a peer's Triton kernel may not run under the interpreter (Liger-Kernel's does not): left out, noted
+        bad = sorted(k for k, v in checks.items() if not v["ok"] and k.split("|")[0] not in PEERS)
+        peers = sorted(k for k, v in checks.items() if not v["ok"] and k.split("|")[0] in PEERS)
+        cases = sum(len(m) for by in data["results"].values() for g in by.values() for m in g.values())
+        print(f"bench_gpu --dry-run: wrote {out}: {cases} timed cases, {len(checks)} validated; "
+              f"ours failed: {bad or 'none'}; peers left out on the stand-ins: {peers or 'none'}")
+        return 1 if bad else 0
     if not torch.cuda.is_available():
         print("bench_gpu: no CUDA device; nothing measured (run scripts/gpu_check.sh on a GPU machine)")
         return 2

@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..ops.build import CUDA_GLUE_HEADERS
 from ..ops.build import CUDA_KERNEL_SOURCES as KERNEL_SOURCES
 from ..ops.build import GENCODE
 from ..ops.build import REPO, SOURCES
@@ -39,7 +40,7 @@ def nvcc_path() -> Path:
 
 def hashed_files() -> list[Path]:
     """Every file that can change a kernel's machine code: the .cu sources and the headers they include."""
-    return sorted(p for p in GPU_DIR.iterdir() if p.suffix in (".cu", ".cuh", ".h"))
+    return sorted(p for p in GPU_DIR.iterdir() if p.suffix in (".cu", ".cuh", ".h") and p.name not in CUDA_GLUE_HEADERS)
 
 
 def sources() -> list[str]:

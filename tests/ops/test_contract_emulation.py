@@ -18,5 +18,7 @@ def _emulation():
 
 
 class TestEmulatedCudaContract(ContractTests):
-    # small shapes: every block of a launch runs its threads one block after another
-    backend = Backend("emulation", "cpu", "normlab_emu", shapes=((1, 1), (3, 7), (2, 3, 33), (2, 1000), (1, 4104)))
+    # small shapes: every block of a launch runs its threads one block after another; (19, 128) is QK-norm's
+    # case, several rows to a block (version 6) with the last block partly empty
+    backend = Backend("emulation", "cpu", "normlab_emu",
+                      shapes=((1, 1), (3, 7), (2, 3, 33), (19, 128), (2, 1000), (1, 4104)))

@@ -59,11 +59,89 @@ def test_cuda_library_compiles_for_sm90_and_registers_the_cuda_kernels():
 
 @pytest.mark.guards("cuda.build")
 def test_kernel_sources_include_no_torch_header():
-    """The .cu files see only CUDA headers (fast nvcc); the torch glue is in ops_cuda.cpp."""
+    """The .cu files see only CUDA headers (fast nvcc); the torch glue is in ops_cuda.cpp and its shim."""
     for p in sorted(GPU.iterdir()):
-        if p.suffix in (".cu", ".cuh", ".h"):
+        if p.suffix in (".cu", ".cuh", ".h") and p.name not in native.CUDA_GLUE_HEADERS:
             includes = re.findall(r'#include\s+[<"]([^>"]+)', p.read_text())
             assert not [i for i in includes if i.startswith(("torch", "ATen", "c10"))], (p.name, includes)
+
+
+# ------------------------------------------------------------------------------------------------------
+# Warnings are errors, and the GPU build's glue is compiled on every run
+# ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.guards("cuda.warnings")
+def test_every_native_build_turns_warnings_into_errors():
+    """-Wall -Wextra -Werror for the CPU library, the CUDA glue, the .cu host code (through nvcc's
+    -Xcompiler), nvcc's own device-code warnings, and the emulation; the builds of this session used them
+    (a build with a warning fails, and the tests that need the libraries with it)."""
+    for flags in (native.CPU_CFLAGS, native.CUDA_CXX_FLAGS, native.EMU_CFLAGS):
+        assert set(native.WARNINGS) <= set(flags) and native.WARNINGS == ("-Wall", "-Wextra", "-Werror")
+    assert "-Xcompiler=-Wall,-Wextra,-Werror" in native.CUDA_FLAGS and "-Werror=all-warnings" in native.CUDA_FLAGS
+    # torch's headers reach the compiler as -isystem (cpp_extension's choice), so only our code is judged
+    ninja = (REPO / "build" / "native" / native.CPU_NAME / "build.ninja")
+    if ninja.exists():
+        text = ninja.read_text()
+        assert "-isystem" in text and "-Werror" in text
+
+
+@pytest.fixture(scope="module")
+def glue_objects(tmp_path_factory):
+    """The CUDA glue compiled by the host compiler for the GPU build (no NORMLAB_EMULATION), with the
+    project's warning flags; no nvcc, no GPU. Returns the process results: (glue, a glue with a bug)."""
+    d = tmp_path_factory.mktemp("glue")
+    glue = subprocess.run(native.glue_host_compile_command(GPU / "ops_cuda.cpp", d / "ops_cuda.o"),
+                          capture_output=True, text=True)
+    # the class of bug the warnings exist for: an allocation helper of the GPU branch that calls itself
+    bug = d / "recursive_new_like.cpp"
+    bug.write_text(f'#include "{GPU / "device_shim.h"}"\n'
+                   "namespace {\nat::Tensor new_like(const at::Tensor& x) { return new_like(x); }\n}\n"
+                   "at::Tensor use(const at::Tensor& x) { return new_like(x); }\n")
+    broken = subprocess.run(native.glue_host_compile_command(bug, d / "bug.o"), capture_output=True, text=True)
+    return glue, broken
+
+
+@pytest.mark.guards("cuda.warnings", "cuda.shim")
+def test_gpu_branch_of_the_glue_compiles_warning_free(glue_objects):
+    glue, _ = glue_objects
+    assert glue.returncode == 0, f"the CUDA glue (GPU branch) does not compile warning-free:\n{glue.stderr[-4000:]}"
+    assert "warning" not in glue.stderr
+
+
+@pytest.mark.guards("cuda.warnings")
+def test_a_self_recursive_helper_fails_the_glue_build(glue_objects):
+    """The check can fail: the same command rejects a new_like that calls itself (-Winfinite-recursion)."""
+    _, broken = glue_objects
+    assert broken.returncode != 0 and "infinite-recursion" in broken.stderr, broken.stderr[-2000:]
+
+
+def _conditionals(path: Path) -> list[str]:
+    return [ln.strip() for ln in path.read_text().splitlines() if re.match(r"\s*#\s*(if|ifdef|ifndef|elif)\b", ln)]
+
+
+@pytest.mark.guards("cuda.shim")
+def test_one_glue_one_shim():
+    """The emulation and the GPU build share every line of the glue and of the kernels' launch code except
+    the device shim (device_shim.h, at most about 15 lines) and the launch macro of common.cuh: no other
+    preprocessor conditional exists in cuda/gpu (outside the emulation's own folder)."""
+    allowed = {("device_shim.h", "#ifdef NORMLAB_EMULATION"), ("common.cuh", "#ifndef NORMLAB_LAUNCH"),
+               ("launchers.h", "#ifdef __cplusplus")}
+    found = {(p.name, c) for p in sorted(GPU.iterdir()) if p.is_file() for c in _conditionals(p)}
+    assert found <= allowed, f"a preprocessor conditional outside the device shim: {sorted(found - allowed)}"
+    assert ("device_shim.h", "#ifdef NORMLAB_EMULATION") in found
+    assert sum(c == "#ifdef NORMLAB_EMULATION" for c in _conditionals(GPU / "device_shim.h")) == 1
+    shim = (GPU / "device_shim.h").read_text()
+    body = shim[shim.index("#ifdef NORMLAB_EMULATION"):shim.index("#endif")].splitlines()[1:]
+    code = [ln for ln in body if ln.strip() and not ln.strip().startswith(("//", "#else"))]
+    assert len(code) <= 15, f"the device shim has {len(code)} lines of code; keep it to about 15"
+    # the launch macro is defined once for nvcc; every kernel launch goes through it
+    common = (GPU / "common.cuh").read_text()
+    assert common.count("#define NORMLAB_LAUNCH") == 1
+    for p in sorted(GPU.glob("*.cu")):
+        assert "<<<" not in p.read_text(), f"{p.name} launches a kernel without NORMLAB_LAUNCH"
+    # the glue itself names neither the emulation nor a CUDA header: the shim does
+    glue = (GPU / "ops_cuda.cpp").read_text()
+    assert "NORMLAB_EMULATION" not in re.sub(r"//.*", "", glue) and "c10/cuda" not in glue
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -84,10 +162,12 @@ def test_resource_report_matches_the_current_sources():
         "run python -m reference_impl.studies.cuda_resources")
     assert re.match(r"\d+\.\d+ \(V[\d.]+\)", data["nvcc"]) and data["arch"] == "sm_90"
     families = {k.split("[")[0] for k in data["kernels"]}
-    assert families == {"rms_fwd_v1", "rms_fwd_v2", "rms_fwd_v3", "rms_fwd_v45", "rms_bwd_kernel",
+    assert families == {"rms_fwd_v1", "rms_fwd_v2", "rms_fwd_v3", "rms_fwd_v45", "rms_fwd_rows", "rms_bwd_kernel",
                         "ln_fwd_kernel", "ln_bwd_kernel", "column_sum"}
     # five (x, weight) dtype pairs per templated kernel, two vector widths and two residual modes for v45
+    # and for the several-rows-per-block version 6, in two register budgets (1 or kFwdItems vectors a lane)
     assert sum(k.startswith("rms_fwd_v45[") for k in data["kernels"]) == 5 * 2 * 2
+    assert sum(k.startswith("rms_fwd_rows[") for k in data["kernels"]) == 5 * 2 * 2 * 2
     t = data["totals"]
     assert t["kernels"] == len(data["kernels"])
     assert t["max_registers"] == max(k["registers"] for k in data["kernels"].values())
@@ -109,7 +189,7 @@ def test_vector_paths_use_128_bit_accesses_and_no_kernel_uses_tensor_cores():
     kernels = _report()["kernels"]
     for name, k in kernels.items():
         assert k["mma_instructions"] == 0, name
-        m = re.match(r"(rms_fwd_v45|rms_bwd_kernel|ln_fwd_kernel|ln_bwd_kernel)\[(\w+),(\w+),(\d+)", name)
+        m = re.match(r"(rms_fwd_v45|rms_fwd_rows|rms_bwd_kernel|ln_fwd_kernel|ln_bwd_kernel)\[(\w+),(\w+),(\d+)", name)
         if m:
             vec_full = 16 // {"f32": 4, "f16": 2, "bf16": 2}[m.group(2)]
             if int(m.group(4)) == vec_full:
@@ -511,3 +591,54 @@ def test_emulated_non_finite_rows_and_empty_shapes(emu):
     empty = torch.randn(0, 16)
     _, dw = emu.rms_norm_bwd(empty, empty, torch.ones(16), torch.empty(0), 0)
     assert emu_bwd_blocks(empty, torch.ones(16)) == 0 and torch.equal(dw, torch.zeros(16))
+
+
+# QK-norm's head sizes and the other rows that fit one warp's registers (at most 256 vectors): the op runs
+# them several to a block (version 6). Row counts that leave the last block partly empty.
+SHORT_ROWS = [(37, 64), (19, 128), (9, 256), (5, 1), (7, 33), (4, 1000), (3, 2048)]
+
+
+@pytest.mark.guards("cuda.emulated", "cuda.short_rows", "snippet:rms_forward.rows", "snippet:common.group_sum")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+def test_emulated_version6_gives_version4s_bits_on_short_rows(emu, dtype):
+    """Version 6 (several rows per block, a group of lanes per row) returns exactly version 4's y and rstd:
+    same vectors per lane, same shuffle order. The op (version 4/5's entry) takes version 6 for these rows,
+    with and without the residual, and stays within the oracle's bound."""
+    for i, (rows, d) in enumerate(SHORT_ROWS):
+        d = 1024 if dtype == torch.float32 and d == 2048 else d  # 256 vectors of 4 or of 8 elements
+        wmode = ("same", "f32", "none")[i % 3] if dtype != torch.float32 else ("same", "none")[i % 2]
+        x, w, _, res = _inputs((rows, d), dtype, 90 + i, wmode)
+        conv = ("llama", "gemma")[i % 2]
+        y4, _, r4 = emu_rms_fwd(emu, x, w, None, conv, 4)
+        y6, _, r6 = emu_rms_fwd(emu, x, w, None, conv, 6)
+        assert torch.equal(y6, y4) and torch.equal(r6, r4), (rows, d, wmode)
+        y, _, rstd = emu_rms_fwd(emu, x, w, None, conv, 5)
+        assert torch.equal(y, y6) and torch.equal(rstd, r6), (rows, d)
+        _check_forward(y6, r6, x, w, conv, f"v6 {rows}x{d} {wmode}")
+        y, h, rstd = emu_rms_fwd(emu, x, w, res, conv, 5)
+        hx = (x.float() + res.float()).to(dtype)
+        assert torch.equal(h, hx)
+        _check_forward(y, rstd, hx, w, conv, f"v6 residual {rows}x{d}")
+
+
+@pytest.mark.guards("cuda.emulated", "cuda.short_rows", "cuda.batch_invariant")
+def test_emulated_version6_rows_do_not_depend_on_their_neighbours(emu):
+    """A row's output is the same bits alone, at another position in its block, or in another batch."""
+    x, w, _, _ = _inputs((37, 128), torch.bfloat16, 95)
+    y_all, _, _ = emu_rms_fwd(emu, x, w, None, "llama", 6)
+    for lo, hi in ((0, 1), (13, 14), (5, 37), (30, 37)):
+        y_part, _, _ = emu_rms_fwd(emu, x[lo:hi].contiguous(), w, None, "llama", 6)
+        assert torch.equal(y_part, y_all[lo:hi]), (lo, hi)
+
+
+@pytest.mark.guards("cuda.emulated", "cuda.short_rows")
+def test_emulated_version6_refuses_rows_longer_than_one_warp(emu):
+    """Version 6 holds a row in one warp's registers: 256 vectors at most; a longer row is a ValueError
+    that says so, while the op takes the one-row-per-block kernel for it."""
+    x, w, _, _ = _inputs((2, 2056), torch.bfloat16, 96)  # 257 vectors of 8
+    with pytest.raises(ValueError, match="version 6 takes rows of at most 256 vectors"):
+        emu_rms_fwd(emu, x, w, None, "llama", 6)
+    y, _, rstd = emu_rms_fwd(emu, x, w, None, "llama", 5)
+    _check_forward(y, rstd, x, w, "llama", "2x2056 through the op")
+    with pytest.raises(ValueError, match="version must be 1, 2, 3, 4 or 6"):
+        emu_rms_fwd(emu, x, w, None, "llama", 7)

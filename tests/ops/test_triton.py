@@ -38,12 +38,14 @@ LN_EPS = 1e-5
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 HAS_CUDA = torch.cuda.is_available()
 
-# (shape, block_size): odd widths, a 3-D input, and rows wider than the tile (read in chunks)
-SHAPES = [((3, 1), None), ((2, 7), None), ((2, 3, 33), None), ((2, 1000), None), ((2, 33), 16), ((2, 1000), 256)]
+# (shape, block_size): odd widths, a 3-D input, and rows wider than the tile (read in chunks); rows of at
+# most 256 without a block_size run several to a program (triton_rows.py): QK-norm's (37, 128) is one
+SHAPES = [((3, 1), None), ((2, 7), None), ((2, 3, 33), None), ((37, 128), None), ((2, 1000), None), ((2, 33), 16),
+          ((2, 1000), 256)]
 # on a GPU every (dtype, weight, convention, tile) is one more compiled kernel: the parametrized tests use
 # three shapes there (a small tile, the largest register tile, a chunked row) and
 # test_gpu_widths_and_tiles covers the other widths for two configurations
-CUDA_SHAPES = [((2, 3, 33), None), ((8, 8192), None), ((4, 8193), None)]
+CUDA_SHAPES = [((2, 3, 33), None), ((300, 128), None), ((8, 8192), None), ((4, 8193), None)]
 GPU_SHAPES = [((3, 1), None), ((2, 1000), None), ((64, 4096), None), ((2, 16384), None), ((2, 65536), None),
               ((300, 1000), 128), ((5, 4097), 256)]
 
@@ -368,6 +370,49 @@ def test_rows_do_not_depend_on_the_batch(be):
     assert torch.equal(y_all[4:5], y_one) and torch.equal(dx_all[4:5], dx_one)
 
 
+# rows that fit the block-row kernel, with row counts that leave its last program partly empty
+SHORT_ROWS = [(37, 64), (19, 128), (9, 256), (5, 1), (3, 2, 33)]
+
+
+@pytest.mark.guards("triton.short_rows", "snippet:triton_rows.rows")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_block_rows_match_one_row_per_program(be, dtype):
+    """The block-row forward (several rows per program) against the one-row kernel (a given block_size)
+    and the oracle, RMSNorm with and without residual and LayerNorm. Under the interpreter, whose sums are
+    NumPy's, the two give the same bits; compiled, the reduction's order may differ, so the bound decides."""
+    for i, shape in enumerate(SHORT_ROWS):
+        d = shape[-1]
+        tile = max(16, 1 << (d - 1).bit_length())
+        x, w, b, _, res = _data(shape, dtype, 70 + i, ("same", "f32")[i % 2] if dtype != torch.float32 else "same")
+        conv = ("llama", "gemma")[i % 2]
+        for r in (None, res):
+            rows = be.call("rms_norm_fwd", x, w, r, EPS, conv, None)
+            one = be.call("rms_norm_fwd", x, w, r, EPS, conv, tile)
+            h = x if r is None else (x.float() + r.float()).to(dtype)
+            want = oracle.rms_norm_forward(h.double().numpy(), _gain(w, conv), EPS)
+            tol.assert_within(rows[0], want, _rms_bound(h, w, conv), f"{be.name} rows {shape}")
+            _rstd_ok(rows[2], h, EPS)
+            if r is not None:
+                assert torch.equal(rows[1], h)
+            if be.name == "interp":
+                assert all(torch.equal(a, c) for a, c in zip(rows, one) if a is not None), shape
+        y, mean, rstd = be.call("layer_norm_fwd", x, w, b, LN_EPS, None)
+        want = oracle.layer_norm_forward(x.double().numpy(), w.double().numpy(), b.double().numpy(), LN_EPS)
+        tol.assert_within(y, want, tol.ln_forward_bound(x, w, b, LN_EPS, dtype), f"{be.name} LN rows {shape}")
+        if be.name == "interp":
+            one = be.call("layer_norm_fwd", x, w, b, LN_EPS, tile)
+            assert torch.equal(y, one[0]) and torch.equal(mean, one[1]) and torch.equal(rstd, one[2]), shape
+
+
+@pytest.mark.guards("triton.short_rows", "triton.dweight")
+def test_block_rows_do_not_depend_on_the_batch(be):
+    """A short row's output is the same bits alone, at another place in its program's tile, or batched."""
+    x, w, _, _, _ = _data((37, 128), torch.bfloat16, 75)
+    y_all = be.call("rms_norm_fwd", x, w, None, EPS, "llama", None)[0]
+    for lo, hi in ((0, 1), (13, 14), (5, 37)):
+        assert torch.equal(be.call("rms_norm_fwd", x[lo:hi], w, None, EPS, "llama", None)[0], y_all[lo:hi]), (lo, hi)
+
+
 # --------------------------------------------------------------------------------------------------------
 # LayerNorm (the same kernels with IS_RMS=False)
 # --------------------------------------------------------------------------------------------------------
@@ -556,7 +601,7 @@ def _sig(kernel, dtype, **const):
     return sig
 
 
-@pytest.mark.guards("triton.compiled")
+@pytest.mark.guards("triton.compiled", "triton.short_rows")
 def test_kernels_compile_for_hopper_without_spills():
     """Each kernel compiles for sm_90 at the launch settings the host code picks; ptxas places no value
     on the stack (no register spills), and the compiled casts to bfloat16 round to nearest (cvt.rn)."""
@@ -586,6 +631,11 @@ def test_kernels_compile_for_hopper_without_spills():
     block, single, fwd_warps, bwd_warps = tn._settings(4096, None)  # LayerNorm
     ln = dict(base, IS_RMS=False, HAS_B=True, BLOCK=block, SINGLE=single)
     cases += [(tn._norm_fwd_kernel, "bf16", fwd_warps, dict(ln, HAS_RES=False)), (tn._norm_bwd_kernel, "bf16", bwd_warps, ln)]
+    from reference_impl.ops import triton_rows
+
+    for dtype, d in (("bf16", 64), ("bf16", 128), ("fp32", 256)):  # the block-row forward of short rows
+        block, rows = triton_rows.rows_settings(d)
+        cases.append((triton_rows._norm_fwd_rows_kernel, dtype, 4, dict(base, HAS_RES=True, BLOCK=block, ROWS=rows)))
     cases.append((tn._sum_partials_kernel, "bf16", 4, dict(BLOCK_P=tn.PARTIAL_BLOCK_ROWS, BLOCK_C=tn.PARTIAL_BLOCK_COLS,
                                                            BF16_BY_BITS=False)))
     for kernel, dtype, warps, const in cases:

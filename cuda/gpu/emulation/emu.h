@@ -5,8 +5,8 @@
 //  - a launch runs its blocks one after another; each block's threads are real std::threads, so
 //    __syncthreads() is a std::barrier over the block and races between threads of a block are real;
 //  - __shared__ variables are `static`: one copy, shared by the threads of the (single) running block;
-//  - __shfl_down_sync exchanges values through a per-warp buffer between two warp barriers, with the
-//    CUDA rules: the mask must name exactly the lanes that call it (checked: a wrong mask aborts), a
+//  - __shfl_down_sync and __shfl_sync exchange values through a per-warp buffer between two warp
+//    barriers, with the CUDA rules: the mask must name exactly the lanes that call it (checked: a wrong mask aborts), a
 //    source lane past the warp returns the caller's value, and a lane that does not exist in a partial
 //    warp returns NaN (undefined on a GPU), so a kernel that used it would produce NaN;
 //  - __frsqrt_rn and __fdiv_rn are computed in double and rounded (correctly rounded, as on the GPU);
@@ -68,18 +68,29 @@ inline thread_local Block* t_block = nullptr;
 
 inline void syncthreads() { t_block->bar->arrive_and_wait(); }
 
-inline float shfl_down(unsigned mask, float v, int offset) {
+// Every lane of the warp publishes v; each gets lane src's value. A lane that does not exist in a
+// partial warp yields NaN (undefined on a GPU).
+inline float exchange(unsigned mask, float v, int src) {
   const int lane = static_cast<int>(t_idx.x & 31u), warp = static_cast<int>(t_idx.x >> 5);
   Warp& w = t_block->warps[warp];
   const unsigned full = w.lanes >= 32 ? 0xffffffffu : ((1u << w.lanes) - 1u);
-  if (mask != full) fail("__shfl_down_sync mask does not name exactly the lanes of the warp");
+  if (mask != full) fail("warp shuffle mask does not name exactly the lanes of the warp");
   w.buf[lane] = v;
   w.bar->arrive_and_wait();
-  const int src = lane + offset;
-  const float r = src >= 32 ? v : (src >= w.lanes ? NAN : w.buf[src]);
+  const float r = src >= w.lanes ? NAN : w.buf[src];
   w.bar->arrive_and_wait();  // nobody overwrites buf before every lane has read it
   return r;
 }
+
+// __shfl_down_sync: a source lane past the warp returns the caller's own value.
+inline float shfl_down(unsigned mask, float v, int offset) {
+  const int src = static_cast<int>(t_idx.x & 31u) + offset;
+  const float r = exchange(mask, v, src >= 32 ? 0 : src);
+  return src >= 32 ? v : r;
+}
+
+// __shfl_sync: lane src (modulo the warp size, as in CUDA).
+inline float shfl_idx(unsigned mask, float v, int src) { return exchange(mask, v, src & 31); }
 
 inline float frsqrt_rn(float x) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(x))); }
 inline float fdiv_rn(float a, float b) { return a / b; }
@@ -136,6 +147,7 @@ using std::min;  // CUDA device code has a global min(int, int)
 #define gridDim ::emu::g_dim
 #define __syncthreads() ::emu::syncthreads()
 #define __shfl_down_sync(mask, v, offset) ::emu::shfl_down(mask, v, offset)
+#define __shfl_sync(mask, v, src) ::emu::shfl_idx(mask, v, src)
 #define __frsqrt_rn(x) ::emu::frsqrt_rn(x)
 #define __fdiv_rn(a, b) ::emu::fdiv_rn(a, b)
 #define NORMLAB_LAUNCH(grid, block, smem, stream, ...) \

@@ -1,0 +1,94 @@
+"""Short rows in Triton: one program normalizes a block of rows (the forward of :mod:`.triton_norm`).
+
+A row of at most ``ROWS_MAX_D`` elements (QK-norm's heads of 64-256, a small model's hidden size) is a
+small tile: with one program per row, as in :mod:`.triton_norm`'s forward, each program moves only a few
+hundred bytes and the launch is millions of tiny programs. Here a program holds a ``[ROWS, BLOCK]`` tile,
+``ROWS = ROWS_TILE // BLOCK`` rows of ``BLOCK`` columns (the row length rounded up to a power of two), and
+reduces each row along the tile's second axis. The numerics are those of the one-row kernel: the same
+loads, roundings and output helpers (``_load_h``, ``_store_y``), the statistics in float32 with the mean
+and the reciprocal square root correctly rounded. ``ROWS`` depends on the row length only, so a row's
+result does not depend on the batch it came in.
+
+:func:`reference_impl.ops.triton_norm.rms_norm_fwd` (and the LayerNorm forward) uses this kernel when no
+``block_size`` is given and ``d <= ROWS_MAX_D``; a given ``block_size`` keeps one row per program.
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .triton_norm import ROWS_MAX_D, _bf16_by_bits, _load_h, _out_of_range, _store_y, _wide_rows
+
+__all__ = ["ROWS_MAX_D", "ROWS_TILE", "rows_settings", "fwd_rows"]
+
+ROWS_TILE = 2048    # elements per program's tile (ROWS * BLOCK)
+
+
+# --8<-- [start:rows]
+@triton.jit
+def _norm_fwd_rows_kernel(X, RES, W, B, Y, H, MEAN, RSTD, n_rows, d, d_f, eps,
+                          IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
+                          HAS_B: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr,
+                          BF16_BY_BITS: tl.constexpr):
+    """Program p normalizes rows [p * ROWS, (p + 1) * ROWS): a [ROWS, BLOCK] tile, reduced along axis 1."""
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK)
+    live = rows < n_rows
+    mask = live[:, None] & (cols[None, :] < d)
+    offs = rows[:, None] * d + cols[None, :]
+    h = _load_h(X, RES, H, offs, mask, HAS_RES, True, BF16_BY_BITS)
+    if IS_RMS:
+        mean = tl.zeros([ROWS], dtype=tl.float32)
+        c = tl.zeros([ROWS], dtype=tl.float32)
+        s = tl.sum(h * h, axis=1)
+        ms = tl.math.div_rn(s, d_f)
+    else:
+        mean = tl.math.div_rn(tl.sum(h, axis=1), d_f)
+        xc = tl.where(mask, h - mean[:, None], 0.0)
+        c = tl.math.div_rn(tl.sum(xc, axis=1), d_f)     # one correction step of the mean, as one row does
+        s = tl.sum(xc * xc, axis=1)
+        ms = tl.maximum(tl.math.div_rn(s, d_f) - c * c, 0.0)
+    ms = tl.where(live, ms, 1.0)  # rows past the end: a harmless value, never stored
+    rstd = tl.math.div_rn(1.0, tl.sqrt_rn(ms + eps))
+    # the gain's column index spread over the tile's rows, so that the helper's loads share the tile's mask
+    wcols = tl.broadcast_to(cols[None, :], (ROWS, BLOCK))
+    _store_y(Y, W, B, offs, wcols, mask, h, mean[:, None], c[:, None], rstd[:, None], IS_RMS, GEMMA, HAS_W, HAS_B,
+             BF16_BY_BITS)
+    tl.store(RSTD + rows, rstd, mask=live)
+    if not IS_RMS:
+        tl.store(MEAN + rows, mean + c, mask=live)
+    # rare: a row whose float32 sum left the normal range takes the one-row kernel's rescaled second pass
+    wide = _out_of_range(s) & live
+    if tl.sum(wide.to(tl.int32), axis=0) > 0:
+        tl.debug_barrier()
+        idx = tl.arange(0, ROWS)
+        for r in range(ROWS):
+            pick = idx == r
+            if tl.sum((wide & pick).to(tl.int32), axis=0) > 0:
+                row = tl.program_id(0).to(tl.int64) * ROWS + r
+                _wide_rows(X, RES, H, W, B, Y, MEAN, RSTD, row, row * d, d, d_f, eps,
+                           tl.sum(tl.where(pick, mean, 0.0), axis=0), tl.sum(tl.where(pick, c, 0.0), axis=0),
+                           tl.sum(tl.where(pick, rstd, 0.0), axis=0), IS_RMS, GEMMA, HAS_RES, HAS_W, HAS_B, BLOCK,
+                           BF16_BY_BITS)
+# --8<-- [end:rows]
+
+
+def rows_settings(d: int) -> tuple[int, int]:
+    """(BLOCK, ROWS) of the block-row kernel for rows of d <= ROWS_MAX_D elements."""
+    if not 1 <= d <= ROWS_MAX_D:
+        raise ValueError(f"the block-row kernel takes rows of 1 to {ROWS_MAX_D} elements, got d = {d}")
+    block = max(16, triton.next_power_of_2(d))
+    return block, ROWS_TILE // block
+
+
+def fwd_rows(x2, res2, weight, bias, y, h, mean, rstd, eps, is_rms, gemma):
+    """Launch the block-row forward on the 2-D contiguous x2 (n rows of d); outputs as in ``triton_norm._fwd``."""
+    n, d = x2.shape
+    block, rows = rows_settings(d)
+    dummy = x2
+    _norm_fwd_rows_kernel[(triton.cdiv(n, rows),)](
+        x2, dummy if res2 is None else res2, dummy if weight is None else weight.contiguous(),
+        dummy if bias is None else bias.contiguous(), y, dummy if h is None else h,
+        rstd if mean is None else mean, rstd, n, d, float(d), float(eps),
+        IS_RMS=is_rms, GEMMA=gemma, HAS_RES=res2 is not None, HAS_W=weight is not None, HAS_B=bias is not None,
+        BLOCK=block, ROWS=rows, BF16_BY_BITS=_bf16_by_bits(x2.dtype), num_warps=4)
