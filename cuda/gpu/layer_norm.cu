@@ -59,9 +59,11 @@ __device__ __forceinline__ Vec<T, VEC> ln_out(const Vec<T, VEC>& a, M mean, floa
 // registers, c = mean(x - m) (the correction of the rounded mean) and q = mean((x - m)^2) in one
 // reduction (no cancellation, no extra memory traffic): mean = m + c, var = q - c^2. One more block
 // reduction than RMSNorm, and two subtractions per element. Long rows stream and read x three times.
-// A sum that overflowed or underflowed sends the row through wide_ln_stats (double) instead.
+// A sum that overflowed or underflowed sends the row through wide_ln_stats (double) instead. (One block per
+// multiprocessor at least, as for the backward: otherwise ptxas squeezes the fp16 instance into 64 registers
+// and spills.)
 template <typename T, typename W, int VEC>
-__global__ void __launch_bounds__(kMaxThreads)
+__global__ void __launch_bounds__(kMaxThreads, 1)
 ln_fwd_kernel(T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
               const T* __restrict__ x, const W* __restrict__ w, const W* __restrict__ b, int d, float eps) {
   using VT = Vec<T, VEC>;

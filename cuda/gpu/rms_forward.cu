@@ -193,7 +193,7 @@ rms_fwd_rows(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd,
     rv = reinterpret_cast<const VT*>(res + base);
     hv = reinterpret_cast<VT*>(h_out + base);
   }
-  VT reg[ITEMS];
+  VT reg[ITEMS]{};  // (zero-initialized: g++ cannot see that only the vectors < nvec are read)
   float ss = 0.0f;
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
@@ -209,16 +209,25 @@ rms_fwd_rows(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd,
     }
   }
   const float tot = group_sum(ss, lanes);
-  // a sum that overflowed or underflowed: the row again in double (rare; 0 when fp32 stands)
+  // a sum that overflowed or underflowed: the row again in double (rare; 0 when fp32 stands). That branch
+  // reads the row again from memory, so the registers holding it are free there and the common path keeps
+  // its register budget.
   const double rw = (live && sum_out_of_range(tot)) ? group_wide_rstd<T, VEC, RESIDUAL>(xv, rv, nvec, d, eps) : 0.0;
-  const float r = rw > 0.0 ? static_cast<float>(rw) : row_rstd(tot, d, eps);
+  if (rw > 0.0) {
+    if (g == 0) rstd[row] = static_cast<float>(rw);
+    for (int vi = g; vi < nvec; vi += lanes) {
+      VT a = xv[vi];
+      if constexpr (RESIDUAL) a = add_round(a, rv[vi]);
+      yv[vi] = normalize<T, W, VEC>(a, rw, wv, vi, convention);
+    }
+    return;
+  }
+  const float r = row_rstd(tot, d, eps);
   if (live && g == 0) rstd[row] = r;
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
     const int vi = g + i * lanes;
-    if (vi < nvec)
-      yv[vi] = rw > 0.0 ? normalize<T, W, VEC>(reg[i], rw, wv, vi, convention)
-                        : normalize<T, W, VEC>(reg[i], r, wv, vi, convention);
+    if (vi < nvec) yv[vi] = normalize<T, W, VEC>(reg[i], r, wv, vi, convention);
   }
 }
 // --8<-- [end:rows]

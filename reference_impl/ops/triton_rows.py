@@ -17,11 +17,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_norm import ROWS_MAX_D, _bf16_by_bits, _load_h, _out_of_range, _store_y, _wide_rows
+from .triton_norm import ROWS_MAX_D, _bf16_by_bits, _load_h, _out_of_range, _pow2_scale, _store_y
 
-__all__ = ["ROWS_MAX_D", "ROWS_TILE", "rows_settings", "fwd_rows"]
+__all__ = ["ROWS_MAX_D", "ROWS_TILE", "ROWS_WARPS", "rows_settings", "fwd_rows"]
 
 ROWS_TILE = 2048    # elements per program's tile (ROWS * BLOCK)
+ROWS_WARPS = 4
 
 
 # --8<-- [start:rows]
@@ -57,19 +58,29 @@ def _norm_fwd_rows_kernel(X, RES, W, B, Y, H, MEAN, RSTD, n_rows, d, d_f, eps,
     tl.store(RSTD + rows, rstd, mask=live)
     if not IS_RMS:
         tl.store(MEAN + rows, mean + c, mask=live)
-    # rare: a row whose float32 sum left the normal range takes the one-row kernel's rescaled second pass
+    # rare: a row whose float32 sum left the normal range gets the one-row kernel's rescaled second pass
+    # (_wide_rows), here on the tile still in registers: z = h * 2^k with max |z| in [0.5, 1), statistics of
+    # z, y = z * rstd_z. Rows with Inf or NaN, or of zeros, keep the float32 result stored above.
     wide = _out_of_range(s) & live
     if tl.sum(wide.to(tl.int32), axis=0) > 0:
-        tl.debug_barrier()
-        idx = tl.arange(0, ROWS)
-        for r in range(ROWS):
-            pick = idx == r
-            if tl.sum((wide & pick).to(tl.int32), axis=0) > 0:
-                row = tl.program_id(0).to(tl.int64) * ROWS + r
-                _wide_rows(X, RES, H, W, B, Y, MEAN, RSTD, row, row * d, d, d_f, eps,
-                           tl.sum(tl.where(pick, mean, 0.0), axis=0), tl.sum(tl.where(pick, c, 0.0), axis=0),
-                           tl.sum(tl.where(pick, rstd, 0.0), axis=0), IS_RMS, GEMMA, HAS_RES, HAS_W, HAS_B, BLOCK,
-                           BF16_BY_BITS)
+        amax = tl.max(tl.abs(h), axis=1)
+        ok = wide & (amax > 0.0) & (amax <= 3.4028234663852886e38) & (tl.sum(h - h, axis=1) == 0.0)
+        s1, s2, sc = _pow2_scale(tl.where(ok, amax, 1.0))
+        z = h * s1[:, None] * s2[:, None]
+        if IS_RMS:
+            mz = tl.zeros([ROWS], dtype=tl.float32)
+            cz = tl.zeros([ROWS], dtype=tl.float32)
+            vz = tl.sum(z * z, axis=1).to(tl.float64) / d_f
+        else:
+            mz = tl.sum(z, axis=1) / d_f
+            zc = tl.where(mask, z - mz[:, None], 0.0)
+            cz = tl.sum(zc, axis=1) / d_f
+            vz = tl.maximum(tl.sum(zc * zc, axis=1) / d_f - cz * cz, 0.0).to(tl.float64)
+            tl.store(MEAN + rows, ((mz + cz).to(tl.float64) / sc).to(tl.float32), mask=ok)
+        rz = 1.0 / tl.sqrt(vz + eps * sc * sc)
+        _store_y(Y, W, B, offs, wcols, mask & ok[:, None], z, mz[:, None], cz[:, None], rz.to(tl.float32)[:, None],
+                 IS_RMS, GEMMA, HAS_W, HAS_B, BF16_BY_BITS)
+        tl.store(RSTD + rows, (rz * sc).to(tl.float32), mask=ok)
 # --8<-- [end:rows]
 
 
@@ -91,4 +102,4 @@ def fwd_rows(x2, res2, weight, bias, y, h, mean, rstd, eps, is_rms, gemma):
         dummy if bias is None else bias.contiguous(), y, dummy if h is None else h,
         rstd if mean is None else mean, rstd, n, d, float(d), float(eps),
         IS_RMS=is_rms, GEMMA=gemma, HAS_RES=res2 is not None, HAS_W=weight is not None, HAS_B=bias is not None,
-        BLOCK=block, ROWS=rows, BF16_BY_BITS=_bf16_by_bits(x2.dtype), num_warps=4)
+        BLOCK=block, ROWS=rows, BF16_BY_BITS=_bf16_by_bits(x2.dtype), num_warps=ROWS_WARPS)

@@ -635,7 +635,8 @@ def test_kernels_compile_for_hopper_without_spills():
 
     for dtype, d in (("bf16", 64), ("bf16", 128), ("fp32", 256)):  # the block-row forward of short rows
         block, rows = triton_rows.rows_settings(d)
-        cases.append((triton_rows._norm_fwd_rows_kernel, dtype, 4, dict(base, HAS_RES=True, BLOCK=block, ROWS=rows)))
+        cases.append((triton_rows._norm_fwd_rows_kernel, dtype, triton_rows.ROWS_WARPS,
+                      dict(base, HAS_RES=True, BLOCK=block, ROWS=rows)))
     cases.append((tn._sum_partials_kernel, "bf16", 4, dict(BLOCK_P=tn.PARTIAL_BLOCK_ROWS, BLOCK_C=tn.PARTIAL_BLOCK_COLS,
                                                            BF16_BY_BITS=False)))
     for kernel, dtype, warps, const in cases:
