@@ -30,7 +30,17 @@ def plots(res: dict, out_dir: Path) -> list[str]:
     def figure(height):
         return plt.subplots(figsize=(PLOT_WIDTH_IN, height))
 
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    def plain_log(axis):
+        # tick labels as plain numbers: matplotlib's 10^k labels set the exponent in a smaller font
+        axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        axis.set_minor_formatter(NullFormatter())
+
     def finish_plot(fig, ax, name, fg):
+        for axis, scale in ((ax.xaxis, ax.get_xscale()), (ax.yaxis, ax.get_yscale())):
+            if scale == "log":
+                plain_log(axis)
         for s in ax.spines.values():
             s.set_color(fg)
         ax.tick_params(colors=fg)
@@ -62,7 +72,7 @@ def plots(res: dict, out_dir: Path) -> list[str]:
         ax.set_yticks(range(len(keys)), [VARIANTS[k][2].replace(" (OLMo 2)", "") for k in keys])
         ax.invert_yaxis()
         ax.set_xlabel("validation loss (nats/byte), each dot a seed")
-        ax.legend(loc="lower right")
+        ax.legend(loc="upper right")
         finish_plot(fig, ax, f"placements_final{suffix}.svg", fg)
 
         sw = res["lr_sweep"]
