@@ -69,3 +69,15 @@ def adoption_table_macro(ctx) -> str:
     for fam in lst["layernorm_families"]:
         rows.append(f"| {fam['family']} | {_checkpoints_cell(fam['checkpoints'])} | `torch.nn.LayerNorm` | `neox` |")
     return "\n".join(rows) + "\n"
+
+
+@macro("placement_table")
+def placement_table_macro(ctx) -> str:
+    """Where each family puts its norms and what it does to q and k (``placement_families`` of
+    ``reference_impl/checkpoints.yaml``), with the transformers modules that show it."""
+    ctx.guard_ids.append("adoption.placements")
+    rows = ["| family | placement | queries and keys | modules in transformers |", "|---|---|---|---|"]
+    for fam in checkpoint_list()["placement_families"]:
+        mods = ", ".join(f"`{m['path']}`" + (f" ({m['class']})" if m.get("class") else "") for m in fam["modules"])
+        rows.append(f"| {fam['family']} | {fam['placement']} | {fam['qk']} | `{fam['model_type']}`: {mods} |")
+    return "\n".join(rows) + "\n"

@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mkdocs.exceptions import PluginError  # noqa: E402
 
-from site_hooks import adoption, data, guards, ledger, mathsvg, plots, wording  # noqa: E402,F401  (registers macros)
+from site_hooks import adoption, data, guards, ledger, mathsvg, placements, plots, wording  # noqa: E402,F401  (registers macros)
 from site_hooks.macros import MacroError, PageContext, expand  # noqa: E402
 
 try:  # optional handler modules, added by later work

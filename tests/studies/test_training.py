@@ -28,7 +28,7 @@ DATA = REPO / "docs" / "data"
 
 def test_config_rejects_bad_values():
     for bad, match in ((dict(d=0), "d must be a positive int"), (dict(d=30, heads=4), "multiple of heads"),
-                       (dict(norm="batch"), "norm must be one of"), (dict(placement="sandwich"), "placement"),
+                       (dict(norm="batch"), "norm must be one of"), (dict(placement="middle"), "placement"),
                        (dict(eps=-1.0), "eps"), (dict(gain_init=float("nan")), "gain_init"), (dict(layers=True), "layers")):
         with pytest.raises(ValueError, match=match):
             TinyLMConfig(**bad)
