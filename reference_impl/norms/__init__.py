@@ -1,0 +1,1 @@
+"""One module per normalization layer (the catalog of norms)."""
