@@ -34,6 +34,7 @@ k = sp.Symbol("k", integer=True, positive=True)            # pRMSNorm: number of
 eps = sp.Symbol("epsilon", nonnegative=True)
 c = sp.Symbol("c", positive=True)                          # a positive re-scaling factor
 s = sp.Symbol("s", real=True)                              # a shift (re-centering)
+alpha = sp.Symbol("alpha", real=True)                      # a learned input scale (DyT, Derf)
 i, j, l, m = sp.symbols("i j l m", integer=True)           # i: output index; j, l: summation; m: d/dx_m
 x = IndexedBase("x", real=True)
 gamma = IndexedBase("gamma", real=True)
@@ -297,7 +298,8 @@ def _zero_based(expr):
                         lambda e: Sum(e.function, (e.limits[0][0], 0, e.limits[0][2] - 1)))
 
 
-_SCALARS = {eps: "eps", k: "k", c: "c", s: "s", d: "d"}
+_ERF = np.vectorize(math.erf, otypes=[np.float64])   # NumPy has no erf; math.erf is the C library's
+_SCALARS = {eps: "eps", k: "k", c: "c", s: "s", d: "d", alpha: "alpha"}
 
 
 def _make_numeric(expr, reduce_rows: bool):
@@ -310,7 +312,7 @@ def _make_numeric(expr, reduce_rows: bool):
     names = [NUMERIC_ARGS[b] for b in bases] + [_SCALARS[sym] for sym in scalars]
     has_i = i in expr.free_symbols
     # no cse: sympy 1.14 hoists summands that use the bound index out of their Sum
-    fn = sp.lambdify(bases + scalars + [i], expr, modules="numpy")
+    fn = sp.lambdify(bases + scalars + [i], expr, modules=[{"erf": _ERF}, "numpy"])
 
     def numeric(**kw):
         missing = [n for n in names if n not in kw and n not in ("d", "weight", "bias")]
@@ -540,6 +542,15 @@ def registry() -> dict[str, Formula]:
                      gamma[i] * r * (dy[i] - (gamma[i] * xhat[i]) / d
                                      * sum_over(gamma[j] * xhat[j] * dy[j])), RMS_DEFS, "claim",
                      note="y_i read as the layer output gamma_i * xhat_i; see tests/core/test_symbolic.py"))
+
+    # each catalog norm's own formulas (reference_impl/norms/*: a spec's build_formulas)
+    from .norms import catalog_formulas
+
+    F.extend(catalog_formulas())
+    ids = [f.id for f in F]
+    dup = sorted({fid for fid in ids if ids.count(fid) > 1})
+    if dup:
+        raise ValueError(f"formula ids declared twice: {dup}")
     return {f.id: f for f in F}
 
 
