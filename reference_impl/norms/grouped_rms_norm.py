@@ -43,9 +43,9 @@ SPECS = (NormSpec(
     name="grouped_rms_norm", title="Grouped RMSNorm (Mamba-2): one RMS per group of features",
     source="Dao and Gu, arXiv:2405.21060; transformers, models/mamba2/modeling_mamba2.py (MambaRMSNormGated)",
     reference=lambda x, weight, groups, eps: _va.grouped_rms_norm(x, weight, groups, eps),
-    oracle=_oracle, bound=_bound, make_inputs=_inputs, params={"groups": 2, "eps": 1e-6},
+    oracle=_oracle, bound=_bound, make_inputs=_inputs, params={"groups": 3, "eps": 1e-6},
     conventions=("llama",), families=("Mamba-2",),
-    shapes=((0, 8), (1, 2), (3, 6), (2, 3, 34), (4, 130)), grads=("x", "weight"), float64_exact=False,
+    shapes=((0, 6), (1, 3), (3, 9), (2, 3, 33), (4, 129)), grads=("x", "weight"), float64_exact=False,
     grad_twin=lambda x, weight, groups, eps: _twin(x, weight, groups, eps),
     bad_inputs=common_bad(("weight",)) + (
         BadInput("groups not dividing d", _param("groups", 4), ValueError, "not divisible"),),
