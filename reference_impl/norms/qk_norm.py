@@ -16,7 +16,7 @@ from .. import tolerances as _tol
 from .. import variants as _va
 from .spec import BadInput, NormSpec, _param, _replace, gain, randn
 
-HEAD_DIM = 4
+HEAD_DIM = 3
 
 
 def _inputs(placement, around):
@@ -78,7 +78,7 @@ def _spec(name, title, placement, convention, families, source):
         make_inputs=_inputs(placement, 0.0 if convention == "gemma" else 1.0),
         params={"head_dim": HEAD_DIM, "eps": 1e-6, "placement": placement, "convention": convention},
         conventions=(convention, placement), families=families,
-        shapes=((0, 8), (1, 4), (3, 12), (2, 3, 36), (4, 132)),
+        shapes=((0, 6), (1, 3), (3, 9), (2, 3, 33), (4, 129)),
         grads=("q", "k", "q_weight", "k_weight"), float64_exact=False, grad_twin=_twin, bad_inputs=_bad(),
     )
 
