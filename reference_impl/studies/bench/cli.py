@@ -12,7 +12,9 @@ import torch
 from ...ops import library as fused
 from ...provenance import finish, record
 from ...provenance import source_hash as pv_source_hash
-from .cases import ALLOCATORS, BLOCK_ALLOCATOR, COMMAND, DEFAULT_REPEATS, DTYPES, EPS, FIRST_TOUCH_SHAPE, IMPLS, LABELS, LN_EPS, MAX_CALLS, MAX_LOAD, MODES, OUT, OUT_MODE_ALLOCATOR, PLOTS, QUICK_SHAPES, REPO, ROUND_BUDGET_S, SHAPES, SOURCES, WAIT_S, has_out_parameter
+from .cases import (ALLOCATORS, BLOCK_ALLOCATOR, COMMAND, DEFAULT_REPEATS, DTYPES, EPS, FIRST_TOUCH_SHAPE,
+                    IMPLS, LABELS, LN_EPS, MAX_CALLS, MAX_LOAD, MODES, OUT, OUT_MODE_ALLOCATOR, PLOTS,
+                    QUICK_SHAPES, REPO, ROUND_BUDGET_S, SHAPES, SOURCES, WAIT_S, has_out_parameter)
 from .measure import allocator_available, flop_summary, run_worker, wait_for_quiet, worker
 from .render import first_touch_table, ort_table, plot, status_text
 from .analyse import analyse, ort_support

@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 from ...ops import library as fused
-from .cases import ALLOCATORS, DTYPES, EPS, IMPLS, MAX_CALLS, REPO, ROUND_BUDGET_S, Unavailable, make_case, min_bytes, validate
+from .cases import (ALLOCATORS, DTYPES, EPS, IMPLS, MAX_CALLS, REPO, ROUND_BUDGET_S, Unavailable, make_case,
+                    min_bytes, validate)
 
 MIN_ROUNDS_FOR_VERDICT = 3
 
