@@ -26,7 +26,9 @@ def _bound(inputs, params):
     s = x + res  # rounded once, in x's dtype: a relative error u_x on each s_i moves y_i by at most 2 u_x |y_i|
     y, s64 = _oracle(x.double().numpy(), res.double().numpy(), w.double().numpy(), **params)
     by = _tol.convention_forward_bound(s, w, params["eps"], params["convention"]) + 2 * u(x.dtype) * np.abs(y)
-    return by, u(x.dtype) * np.abs(s64)
+    # s itself: one rounding into x's dtype (u_x |s|), compared in float64 (u_64 |s|), and the subnormal floor
+    bs = (u(x.dtype) + u(torch.float64)) * np.abs(s64) + float(torch.finfo(x.dtype).tiny) * u(x.dtype)
+    return by, bs
 
 
 def _native(device_name):

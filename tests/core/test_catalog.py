@@ -9,6 +9,7 @@ fullgraph=True against eager, and the bad calls it must reject with a clear erro
 from __future__ import annotations
 
 import math
+import zlib
 
 import numpy as np
 import pytest
@@ -36,7 +37,7 @@ def _grad_shape(spec):
 @pytest.mark.parametrize("name,shape,dtype", FORWARD, ids=_id)
 def test_reference_matches_oracle(name, shape, dtype):
     spec = CATALOG[name]
-    inputs = spec.sample(shape, dtype, seed=hash(name) % 1000)
+    inputs = spec.sample(shape, dtype, seed=zlib.crc32(name.encode()) % 1000)  # the same inputs every run
     got = as_tuple(spec.run_reference(inputs))
     expected = outputs64(spec.run_oracle(inputs))
     bounds = as_tuple(spec.bound(inputs, spec.params))
