@@ -8,6 +8,8 @@ Core math (data flows one way: oracle and symbolic -> reference -> conventions -
   says which family uses which; :mod:`reference_impl.variants`: pRMSNorm, grouped, fused residual, QK-norm.
 - :mod:`reference_impl.tolerances`: the tolerance policy every comparison test uses.
 - :mod:`reference_impl.symbolic`: the SymPy registry of every formula on the site.
+- :mod:`reference_impl.norms`: the catalog, one module per norm (DyT, Derf, the L2 norms and every norm
+  above), which the generic tests, the registry and the catalog page iterate over.
 
 Native ops live in :mod:`reference_impl.ops` (``fused_rms_norm`` and ``fused_layer_norm`` are re-exported
 here, imported on first use); measuring commands in :mod:`reference_impl.studies`.

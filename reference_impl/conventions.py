@@ -178,11 +178,14 @@ class ConventionRMSNormFunction(torch.autograd.Function):
         y, rstd = rms_forward(x, weight, eps, convention, placement)
         ctx.save_for_backward(x, weight, rstd)
         ctx.convention, ctx.placement = convention, placement
+        ctx.eps = eps
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, rstd = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: recompute rstd from x so double backward is exact
+            rstd = _inv_rms(x.to(rstd.dtype).pow(2).mean(-1, keepdim=True), ctx.eps, ctx.placement)
         dx, dw = rms_backward(dy, x, weight, rstd, ctx.convention, ctx.placement)
         need = ctx.needs_input_grad
         return (dx if need[0] else None), (dw if need[1] else None), None, None, None

@@ -26,6 +26,14 @@ FAMILIES = [
 ]
 # --8<-- [end:families]
 
+# users of catalog norms that are not a row above (no RMSNorm class of their own in transformers' list)
+OTHER_USERS = {
+    "Qwen3-Next": "transformers, models/qwen3_next/modeling_qwen3_next.py (Qwen3NextRMSNorm: the (1 + w) gain)",
+    "Llama 4": "transformers, models/llama4/modeling_llama4.py (Llama4TextL2Norm on queries and keys)",
+    "nGPT": "Loshchilov et al., arXiv:2410.01131 (every vector normalized to unit length)",
+    "torch.nn.RMSNorm": "PyTorch, torch/nn/modules/normalization.py",
+}
+
 
 def family_key(family: str) -> str:
     """A stable key for a family name: 'GPT-NeoX / Pythia' -> 'gpt_neox_pythia'."""

@@ -82,34 +82,60 @@ def ln_backward(dy, x, weight, bias, rstd):
 # --8<-- [end:ln_backward]
 
 
+def rms_rstd(x, eps):
+    """The reciprocal RMS per row, ``(..., 1)``, in the compute dtype, as :func:`rms_forward` computes it."""
+    return torch.rsqrt(x.to(compute_dtype(x)).pow(2).mean(dim=-1, keepdim=True) + eps)
+
+
+def ln_rstd(x, eps):
+    """The reciprocal standard deviation per row (two-pass), as :func:`ln_forward` computes it."""
+    xf = x.to(compute_dtype(x))
+    return torch.rsqrt((xf - xf.mean(dim=-1, keepdim=True)).pow(2).mean(dim=-1, keepdim=True) + eps)
+
+
+# Double backward: the explicit backward is built from torch operations on (dy, x, weight, rstd), so it is
+# differentiable, except that the saved rstd was computed without a graph. When the backward itself is
+# recorded (create_graph=True, torch.is_grad_enabled() inside backward) rstd is recomputed from the saved
+# input, so the second derivative sees how rstd depends on x. Without it, rstd would act as a constant and
+# Hessian-vector products would come out wrong without an error.
+
+
 class RMSNormFunction(torch.autograd.Function):
-    """``RMSNormFunction.apply(x, weight, eps)``; backward uses the explicit formula above."""
+    """``RMSNormFunction.apply(x, weight, eps)``; backward uses the explicit formula above and is itself
+    differentiable (double backward is exact)."""
 
     @staticmethod
     def forward(ctx, x, weight, eps):
         y, rstd = rms_forward(x, weight, eps)
         ctx.save_for_backward(x, weight, rstd)
+        ctx.eps = eps
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, rstd = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: rstd must carry its dependence on x
+            rstd = rms_rstd(x, ctx.eps)
         dx, dw = rms_backward(dy, x, weight, rstd)
         return (dx if ctx.needs_input_grad[0] else None), (dw if ctx.needs_input_grad[1] else None), None
 
 
 class LayerNormFunction(torch.autograd.Function):
-    """``LayerNormFunction.apply(x, weight, bias, eps)``; backward uses the explicit formula above."""
+    """``LayerNormFunction.apply(x, weight, bias, eps)``; backward uses the explicit formula above and is
+    itself differentiable (double backward is exact)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
         y, rstd = ln_forward(x, weight, bias, eps)
         ctx.save_for_backward(x, weight, bias, rstd)
+        ctx.eps = eps
         return y
 
     @staticmethod
     def backward(ctx, dy):
         x, weight, bias, rstd = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: rstd must carry its dependence on x
+            rstd = ln_rstd(x, ctx.eps)
         dx, dw, db = ln_backward(dy, x, weight, bias, rstd)
         need = ctx.needs_input_grad
         return (dx if need[0] else None), (dw if need[1] else None), (db if need[2] else None), None

@@ -253,7 +253,18 @@ def convention_forward_bound(x, weight, eps, convention, eps_placement="inside",
     rel = sum(extra) + gamma(d // 2 + 6, _u(cd)) + gamma(d // 2 + 6, _u(torch.float64))
     out = _cv.output_dtype(x_dtype, w_dtype, convention)
     floor = float(torch.finfo(out).tiny) * _u(out)
-    return rel * y + floor
+    bound = rel * y + floor
+    # the cast of h to a half dtype before the gain (llama; t5 with a half weight) may land in that dtype's
+    # subnormal range, where its error is absolute: half the smallest subnormal spacing, times |w|
+    half_cast = x_dtype if (convention == "llama" and x_dtype in _HALF) else (w_dtype if convention == "t5" else None)
+    if weight is not None and half_cast in _HALF:
+        bound = bound + float(torch.finfo(half_cast).tiny) * _u(half_cast) * np.abs(weight.detach().double().cpu().numpy())
+    if convention == "gemma" and w_dtype == torch.float64:
+        # w.float() rounds the stored offset itself: u_32 |w_i| on the gain, which 1 + w may cancel down to
+        # far below |w_i|, so it is charged to |w_i| |xhat_i| rather than to |y_i|
+        xhat = np.abs(_oracle.rms_norm_forward_placed(xd, None, 0.0 if eps is None else eps, eps_placement))
+        bound = bound + _u(torch.float32) * np.abs(weight.detach().double().cpu().numpy()) * xhat
+    return bound
 # --8<-- [end:policy_conventions]
 
 

@@ -59,6 +59,8 @@ class PartialRMSNormFunction(torch.autograd.Function):
         k = ctx.k
         cd = r.dtype
         xf = x.to(cd)
+        if torch.is_grad_enabled():  # create_graph: recompute r from x so double backward is exact
+            r = _prms_stats(xf, k, ctx.eps, ctx.placement)[1]
         xhat = xf * r
         g = dy.to(cd) if w is None else dy.to(cd) * w.to(cd)
         # dx_i = r (g_i - [i < k] c_i * sum_j(g_j xhat_j) / k), c = xhat (eps inside) or x / sqrt(ms) (outside)
@@ -122,6 +124,7 @@ class GroupedRMSNormFunction(torch.autograd.Function):
         y, a, r = _grouped_forward(x, gate, weight, eps, gs)
         ctx.save_for_backward(x, gate, weight, r)
         ctx.gs = gs
+        ctx.eps = eps
         return y
 
     @staticmethod
@@ -131,6 +134,8 @@ class GroupedRMSNormFunction(torch.autograd.Function):
         xf = x.to(torch.float32)
         a = xf if gate is None else xf * F.silu(gate.to(torch.float32))
         shape_g = (*a.shape[:-1], a.shape[-1] // gs, gs)
+        if torch.is_grad_enabled():  # create_graph: recompute r from x (and gate) so double backward is exact
+            r = torch.rsqrt(a.view(shape_g).pow(2).mean(-1, keepdim=True) + ctx.eps)
         ahat = (a.view(shape_g) * r)
         dyf = dy.to(torch.float32)
         g = (dyf if w is None else dyf * w.to(torch.float32)).view(shape_g)
@@ -176,14 +181,17 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
     def forward(ctx, x, residual, weight, eps, convention):
         s = residual + x  # the new residual stream, in promote(x, residual), as `residual + hidden_states`
         y, rstd = _cv.rms_forward(s, weight, eps, convention, "inside")
-        ctx.save_for_backward(s, weight, rstd)
-        ctx.convention = convention
+        ctx.save_for_backward(x, residual, weight, rstd)
+        ctx.convention, ctx.eps = convention, eps
         ctx.dtypes = (x.dtype, residual.dtype)
         return y, s
 
     @staticmethod
     def backward(ctx, dy, ds):
-        s, w, rstd = ctx.saved_tensors
+        x, residual, w, rstd = ctx.saved_tensors
+        s = residual + x  # recomputed (not saved) so that, under create_graph, it stays tied to x and residual
+        if torch.is_grad_enabled():
+            rstd = torch.rsqrt(s.to(rstd.dtype).pow(2).mean(-1, keepdim=True) + ctx.eps)
         dsum, dw = _cv.rms_backward(dy, s, w, rstd, ctx.convention, "inside")
         total = dsum.to(torch.promote_types(dsum.dtype, torch.float32))
         if ds is not None:
@@ -263,6 +271,8 @@ class ScaleNormFunction(torch.autograd.Function):
     def backward(ctx, dy):
         x, g, n = ctx.saved_tensors
         cd = n.dtype
+        if torch.is_grad_enabled():  # create_graph: recompute the norm from x so double backward is exact
+            n = torch.linalg.vector_norm(x.to(cd), dim=-1, keepdim=True)
         xf, dyf, gf = x.to(cd), dy.to(cd), g.to(cd)
         active = n > ctx.eps  # where the clamp is active, y = g x / eps is linear in x
         nc = n.clamp(min=ctx.eps)

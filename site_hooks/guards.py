@@ -33,6 +33,12 @@ def _guard_args(dec) -> list[str] | None:
     for node in ast.walk(dec):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "guards":
             ids += [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            for a in node.args:  # guards(*catalog_guards()): the ids the norm catalog derives
+                if (isinstance(a, ast.Starred) and isinstance(a.value, ast.Call)
+                        and getattr(a.value.func, "id", getattr(a.value.func, "attr", "")) == "catalog_guards"):
+                    from reference_impl.norms import catalog_guards
+
+                    ids += catalog_guards()
     return ids or None
 
 

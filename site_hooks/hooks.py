@@ -11,13 +11,13 @@ from mkdocs.exceptions import PluginError  # noqa: E402
 from site_hooks import adoption, data, guards, ledger, mathsvg, placements, plots, wording  # noqa: E402,F401  (registers macros)
 from site_hooks.macros import MacroError, PageContext, expand  # noqa: E402
 
-try:  # optional handler modules, added by later work
-    from site_hooks import formulas  # noqa: F401
-except ImportError:
-    pass
+from site_hooks import catalog, formulas, tables  # noqa: E402,F401  (catalog, formula and table macros)
 
 
 def on_pre_build(config):
+    missing = catalog.missing_cards()
+    if missing:
+        raise PluginError("catalog norms without their section card {{ norm(...) }}: " + ", ".join(missing))
     # `mkdocs serve` rebuilds in the same process: re-read tests, results, ledger and data every time
     # (any handler module may define clear_caches() to take part)
     data.load.cache_clear()

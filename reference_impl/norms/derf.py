@@ -63,15 +63,18 @@ def derf(x, alpha, shift, weight=None, bias=None):
 
     Args:
         x: ``(..., d)`` float tensor (float16, bfloat16, float32, float64); 0 rows are fine.
-        alpha, shift: 0-d float tensors, the learnable input scale and offset.
-        weight: gain of shape ``(d,)`` or ``None``; bias: shape ``(d,)`` or ``None``.
+        alpha: 0-d float tensor, the learnable input scale.
+        shift: 0-d float tensor, the learnable input offset.
+        weight: gain of shape ``(d,)`` or ``None``.
+        bias: shape ``(d,)`` or ``None``.
 
     Returns:
         Tensor of ``x``'s shape and dtype, differentiable in every tensor argument.
 
     Raises:
-        TypeError: a non-tensor or a non-float dtype. ValueError: 0-d ``x``, an empty last dimension,
-        ``alpha`` or ``shift`` not 0-d, a gain or bias of the wrong shape, or a tensor on another device.
+        TypeError: a non-tensor or a non-float dtype.
+        ValueError: 0-d ``x``, an empty last dimension, ``alpha`` or ``shift`` not 0-d, a gain or bias of
+            the wrong shape, or a tensor on another device.
     """
     _check_x(x)
     _check_scalar(alpha, x, "alpha")

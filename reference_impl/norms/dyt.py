@@ -65,14 +65,16 @@ def dyt(x, alpha, weight=None, bias=None):
     Args:
         x: ``(..., d)`` float tensor (float16, bfloat16, float32, float64); 0 rows are fine.
         alpha: 0-d float tensor, the learnable input scale.
-        weight: gain of shape ``(d,)`` or ``None``; bias: shape ``(d,)`` or ``None``.
+        weight: gain of shape ``(d,)`` or ``None``.
+        bias: shape ``(d,)`` or ``None``.
 
     Returns:
         Tensor of ``x``'s shape and dtype, differentiable in every tensor argument.
 
     Raises:
-        TypeError: a non-tensor or a non-float dtype. ValueError: 0-d ``x``, an empty last dimension,
-        ``alpha`` not 0-d, a gain or bias of the wrong shape, or a tensor on another device.
+        TypeError: a non-tensor or a non-float dtype.
+        ValueError: 0-d ``x``, an empty last dimension, ``alpha`` not 0-d, a gain or bias of the wrong
+            shape, or a tensor on another device.
     """
     _check_x(x)
     _check_scalar(alpha, x, "alpha")

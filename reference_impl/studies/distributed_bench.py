@@ -43,7 +43,8 @@ PLOTS = REPO / "docs" / "data" / "plots"
 COMMAND = "python -m reference_impl.studies.distributed_bench"
 SOURCES = ["reference_impl/studies/distributed_bench.py", "reference_impl/distributed.py",
            "reference_impl/conventions.py", "reference_impl/_checks.py", "reference_impl/oracle.py",
-           "reference_impl/reference.py", "reference_impl/symbolic.py"]
+           "reference_impl/reference.py", "reference_impl/symbolic/algebra.py",
+           "reference_impl/symbolic/formulas.py", "reference_impl/symbolic/costs.py"]
 WORLDS = (2, 4)
 P = symbolic.sp.Symbol("p", integer=True, positive=True)
 

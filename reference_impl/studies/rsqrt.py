@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..ops import rsqrt as R
-from ..provenance import finish, python_closure, record
+from ..provenance import finish, record
 from ..provenance import source_hash as _hash
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,10 +36,11 @@ PLOTS = DATA / "plots"
 CPU_JSON = DATA / "rsqrt_cpu.json"
 GPU_JSON = DATA / "rsqrt_gpu.json"
 COMMAND = "python -m reference_impl.studies.rsqrt"
-# what changes the numbers: the native methods, their build flags (ops/build.py), this study and what it imports
+# what changes the numbers: the native methods, their build flags (ops/build.py), their loader and this
+# study (the sweep and the timed loop); not the package's argument checks, reference or conventions
 SOURCES = ["cuda/rsqrt/rsqrt_common.h", "cuda/rsqrt/rsqrt_cpu.cpp", "cuda/rsqrt/rsqrt_gpu.cu",
-           "cuda/rsqrt/rsqrt_gpu_api.h", "cuda/rsqrt/rsqrt_gpu_bind.cpp",
-           *python_closure("reference_impl/studies/rsqrt.py")]
+           "cuda/rsqrt/rsqrt_gpu_api.h", "cuda/rsqrt/rsqrt_gpu_bind.cpp", "reference_impl/ops/build.py",
+           "reference_impl/ops/rsqrt.py", "reference_impl/studies/rsqrt.py"]
 SIMD_FLAGS = ("sse", "sse2", "sse3", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f",
               "avx512dq", "avx512cd", "avx512bw", "avx512vl", "avx512er")
 

@@ -232,3 +232,14 @@ def test_policy_bound_is_tight_enough_to_catch_a_wrong_eps():
         tol.assert_within(wrong, oracle.rms_norm_forward(x.numpy(), None, 1e-6),
                           tol.rms_forward_bound(x, None, 1e-6, torch.float32))
     assert math.isclose(tol.gamma(10, 2.0**-24), 10 * 2.0**-24, rel_tol=1e-5)
+
+
+def test_double_backward_of_the_explicit_backward_is_exact():
+    """The explicit-backward Functions recompute their saved statistic inside a recorded backward, so the
+    second derivative sees how rstd depends on x (it once treated rstd as a constant, silently)."""
+    x = torch.randn(2, 5, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradgradcheck(lambda x: ri.rms_norm(x), (x,))
+    assert torch.autograd.gradgradcheck(lambda x, w: ri.rms_norm(x, w), (x, w))
+    assert torch.autograd.gradgradcheck(lambda x, w, b: ri.layer_norm(x, w, b), (x, w, b))

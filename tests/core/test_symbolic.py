@@ -69,7 +69,10 @@ PROVED_ELSEWHERE = {"equiv.ms_split": "tests/core/test_equivalence.py", "equiv.r
 
 
 def test_every_proof_obligation_is_listed():
-    listed = PROVED + STEPS + list(PROVED_ELSEWHERE)
+    # a catalog norm's own formulas are proven by tests/core/test_catalog.py, derived from its spec
+    from reference_impl.norms import catalog_formulas
+
+    listed = PROVED + STEPS + list(PROVED_ELSEWHERE) + [f.id for f in catalog_formulas() if f.kind in ("derived", "identity")]
     assert sorted(listed) == sorted(f.id for f in REG.values() if f.kind in ("derived", "identity"))
     for fid, module in PROVED_ELSEWHERE.items():
         assert fid in (REPO / module).read_text(), f"{fid} is not proven in {module}"

@@ -232,7 +232,7 @@ def test_phone_width(open_widget, scheme):
     assert sizes["doc"] <= sizes["inner"], f"horizontal scroll at 375 px: {sizes}"
     assert sizes["left"] >= 0 and sizes["right"] <= 375, sizes
     assert sizes["widgetScroll"] <= sizes["widgetClient"], sizes
-    # the diagrams' legibility rule assumes this content width (reference_impl/studies/diagrams.py)
+    # the diagrams' legibility rule assumes this content width (reference_impl/studies/diagrams/svg.py)
     assert sizes["column"] >= D.PHONE_CONTENT_PX - 0.5, sizes
     assert sizes["img"] is not None and sizes["img"] >= D.PHONE_CONTENT_PX - 0.5, sizes
     # every control is reachable and not squeezed to nothing

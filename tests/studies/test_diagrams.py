@@ -52,7 +52,7 @@ def test_committed_files_are_what_the_generator_writes():
     assert not missing, f"not generated yet (run python -m reference_impl.studies.diagrams): {missing}"
     assert not stale, f"SVG files no diagram writes any more: {stale}"
     edited = sorted(n for n in FILES if on_disk[n] != FILES[n])
-    assert not edited, (f"{edited} differ from the generator's output; edit reference_impl/studies/diagrams.py "
+    assert not edited, (f"{edited} differ from the generator's output; edit reference_impl/studies/diagrams/ "
                         "and regenerate instead of editing the SVG")
 
 

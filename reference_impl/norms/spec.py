@@ -1,0 +1,138 @@
+"""What a catalog entry declares: :class:`NormSpec`, and the helpers the entries share.
+
+A spec names its math once: the reference (PyTorch, differentiable), the float64 oracle (NumPy), the
+forward error bound (from :mod:`reference_impl.tolerances`), its sample inputs, the registry formulas it
+shows, the implementations (native, Triton, CUDA) that claim to compute it, and the model families that
+use it. The generic tests (tests/core/test_catalog.py) iterate over every spec; nothing else needs to
+know a norm exists.
+
+Calling protocol: ``reference(**inputs, **params)`` and ``oracle(**inputs_as_float64_arrays, **params)``,
+where ``inputs`` is the dict :meth:`NormSpec.sample` returns (tensors; ``x`` first) and ``params`` the
+spec's fixed keyword parameters (eps, convention, ...). Both return one array or a tuple of arrays.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+# 0 rows, one feature, odd widths, a width past one SIMD register, a 3-d batch
+SHAPES = ((0, 7), (1, 1), (3, 7), (2, 3, 33), (4, 129))
+
+
+@dataclass(frozen=True)
+class Impl:
+    """An implementation of a spec's math: ``fn`` takes the reference's arguments; ``device`` is where it
+    runs ("cpu" or "cuda"); ``dtypes`` those it accepts; ``bound(inputs, params)`` its forward bound
+    against the oracle when its roundings differ from the reference's (``None``: the spec's bound)."""
+
+    fn: Callable
+    device: str = "cpu"
+    dtypes: tuple = (torch.float32, torch.bfloat16, torch.float16)
+    bound: Callable | None = None
+
+
+@dataclass(frozen=True)
+class BadInput:
+    """A bad call: ``change(inputs, params)`` returns the (inputs, params) to call with; the reference
+    must raise ``exc`` with a message matching ``match``."""
+
+    label: str
+    change: Callable
+    exc: type
+    match: str
+
+
+@dataclass(frozen=True)
+class NormSpec:
+    name: str
+    title: str
+    source: str                                   # primary citation (paper, model source file)
+    reference: Callable[..., Any]
+    oracle: Callable[..., Any]
+    bound: Callable[..., Any]                     # bound(inputs, params) -> array or tuple, like the output
+    make_inputs: Callable[..., dict]              # make_inputs(shape, dtype, generator) -> {name: tensor}
+    params: dict = field(default_factory=dict)
+    formulas: tuple = ()                          # registry ids the norm's page section shows
+    build_formulas: Callable | None = None        # () -> [Formula]: this norm's entries in the registry
+    conventions: tuple = ()                       # the casting order / placement it replays
+    families: tuple = ()                          # model families that use it (names as in families.py)
+    implementations: dict = field(default_factory=dict)   # name -> Impl
+    shapes: tuple = SHAPES
+    dtypes: tuple = DTYPES
+    grads: tuple = ("x",)                         # inputs that receive gradients
+    float64_exact: bool = True                    # computes in float64 for float64 input
+    grad_twin: Callable | None = None             # float64 twin of the math when float64_exact is False
+    bad_inputs: tuple = ()
+    once_differentiable: bool = False             # double backward raises instead of computing
+    page: str = "norms.md"
+
+    def sample(self, shape, dtype, seed=0) -> dict:
+        g = torch.Generator().manual_seed(seed)
+        return self.make_inputs(tuple(shape), dtype, g)
+
+    def run_oracle(self, inputs: dict):
+        return self.oracle(**{k: to64(v) for k, v in inputs.items()}, **self.params)
+
+    def run_reference(self, inputs: dict, **override):
+        return self.reference(**inputs, **{**self.params, **override})
+
+    def guard_ids(self) -> tuple:
+        """The ids the generic tests guard for this norm: its formulas and ``norm.<name>``."""
+        return (f"norm.{self.name}",) + tuple(self.formulas)
+
+
+def to64(t):
+    if t is None or not isinstance(t, torch.Tensor):
+        return t
+    return t.detach().cpu().double().numpy()
+
+
+def randn(shape, dtype, g, scale=1.0, offset=0.0):
+    return (torch.randn(shape, generator=g, dtype=torch.float64) * scale + offset).to(dtype)
+
+
+def gain(d, dtype, g, around=1.0):
+    """A gain near ``around`` in float32 for low-precision x (as models store it), else x's dtype."""
+    wd = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    return randn((d,), wd, g, 0.5, around)
+
+
+def as_tuple(v):
+    return v if isinstance(v, tuple) else (v,)
+
+
+def outputs64(v):
+    return tuple(np.asarray(a, dtype=np.float64) for a in as_tuple(v))
+
+
+def _replace(name, value):
+    def change(inputs, params):
+        return {**inputs, name: value(inputs[name]) if callable(value) else value}, params
+    return change
+
+
+def _param(name, value):
+    def change(inputs, params):
+        return inputs, {**params, name: value}
+    return change
+
+
+def common_bad(gains=("weight",), eps=True) -> tuple:
+    """The bad calls every norm over the last dimension must reject, with the words its error uses."""
+    out = [
+        BadInput("x not a tensor", _replace("x", lambda x: x.tolist()), TypeError, "torch.Tensor"),
+        BadInput("integer x", _replace("x", lambda x: x.to(torch.int32)), TypeError, "dtype"),
+        BadInput("0-d x", _replace("x", lambda x: torch.tensor(1.0, dtype=x.dtype)), ValueError, "0-d"),
+        BadInput("empty last dimension", _replace("x", lambda x: x[..., :0]), ValueError, "empty last dimension"),
+    ]
+    for name in gains:
+        out.append(BadInput(f"{name} of the wrong length", _replace(name, lambda w: torch.cat([w, w[:1]])),
+                            ValueError, "shape"))
+    if eps:
+        out.append(BadInput("negative eps", _param("eps", -1.0), ValueError, "eps"))
+        out.append(BadInput("NaN eps", _param("eps", float("nan")), ValueError, "eps"))
+    return tuple(out)

@@ -1,0 +1,159 @@
+"""The command: ``python -m reference_impl.studies.bench`` runs, analyses, renders and writes the data file."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from ...ops import library as fused
+from ...provenance import finish, record
+from ...provenance import source_hash as pv_source_hash
+from .cases import (ALLOCATORS, BLOCK_ALLOCATOR, COMMAND, DEFAULT_REPEATS, DTYPES, EPS, FIRST_TOUCH_SHAPE,
+                    IMPLS, LABELS, LN_EPS, MAX_CALLS, MAX_LOAD, MODES, OUT, OUT_MODE_ALLOCATOR, PLOTS,
+                    QUICK_SHAPES, REPO, ROUND_BUDGET_S, SHAPES, SOURCES, WAIT_S, has_out_parameter)
+from .measure import allocator_available, flop_summary, run_worker, wait_for_quiet, worker
+from .render import first_touch_table, ort_table, plot, status_text
+from .analyse import analyse, ort_support
+
+def run(args) -> dict:
+    from tqdm import tqdm
+
+    quick = args.quick
+    shapes = QUICK_SHAPES if quick else [tuple(s) for s in args.shapes]
+    dtypes = list(DTYPES)
+    repeats = 1 if quick else args.repeats
+    load = wait_for_quiet(args.max_load, args.wait, args.force, quick)
+    prov = record(COMMAND, SOURCES, quick=quick, packages=("torch", "numpy", "onnxruntime", "onnx", "transformers"),
+                  machine_extra={"torch_threads": torch.get_num_threads(),
+                                 "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()})
+    allocs, status = [], {}
+    for name in args.allocators:
+        ok, why = allocator_available(name)
+        status[name] = {"label": ALLOCATORS[name]["label"], "env": ALLOCATORS[name]["env"], "available": ok,
+                        "reason": why}
+        if ok:
+            allocs.append(name)
+        else:
+            print(f"\n*** bench: ALLOCATOR {name!r} SKIPPED: {why} ***\n", file=sys.stderr, flush=True)
+    if OUT_MODE_ALLOCATOR not in allocs:
+        raise SystemExit(f"bench: the {OUT_MODE_ALLOCATOR!r} setting must be measured (it holds the ceilings)")
+    results, workers = [], {}
+    bar = tqdm(allocs, desc="bench (one worker per allocator)", unit="allocator", file=sys.stderr)
+    for alloc in bar:
+        modes = [m for m in MODES if m != "forward_out" or alloc == OUT_MODE_ALLOCATOR]
+        job = {"allocator": alloc, "modes": modes, "dtypes": dtypes, "shapes": [list(s) for s in shapes],
+               "repeats": repeats, "quick": quick,
+               "first_touch": list(QUICK_SHAPES[0] if quick else FIRST_TOUCH_SHAPE),
+               "block": (alloc == BLOCK_ALLOCATOR or (quick and alloc == allocs[-1])) and not args.no_block,
+               "block_steps": args.block_steps}
+        t0 = time.monotonic()
+        w = run_worker(alloc, job)
+        w["duration_s"] = round(time.monotonic() - t0, 1)
+        results += w.pop("results")
+        workers[alloc] = w
+    bar.close()
+    first_touch_all = {a: w.pop("first_touch") for a, w in workers.items() if "first_touch" in w}
+    block = next((w.pop("block") for w in workers.values() if "block" in w), None)
+    data = {
+        "provenance": prov,
+        "what": "CPU benchmark of RMSNorm/LayerNorm implementations against the copy ceiling and the peers",
+        "settings": {"eps": EPS, "layer_norm_eps": LN_EPS, "repeats": repeats, "round_budget_s": ROUND_BUDGET_S,
+                     "max_calls_per_round": MAX_CALLS, "shapes": [list(s) for s in shapes], "dtypes": dtypes,
+                     "modes": list(MODES), "impls": {m: list(v) for m, v in IMPLS.items()}, "labels": LABELS,
+                     "out_mode_allocator": OUT_MODE_ALLOCATOR, "block_allocator": BLOCK_ALLOCATOR,
+                     "fused_has_out": {f: has_out_parameter(getattr(fused, f)) for f in ("fused_rms_norm", "fused_layer_norm")},
+                     "bytes": "forward 2*N*b, forward+backward 5*N*b, plus parameters",
+                     "separation": "faster: every round of the faster one beats every round of the other"},
+        "load": load,
+        "allocators": status,
+        "workers": workers,
+        "results": results,
+        "first_touch": first_touch_all,
+        "flops": flop_summary(),
+    }
+    if block is not None:
+        data["block"] = block
+    data.update(analyse(results, allocs, shapes, dtypes))
+    data["ort_dtype_support"] = ort_support(workers)
+    data["status"] = status_text(data)
+    data["tables"]["first_touch"] = first_touch_table(first_touch_all)
+    data["tables"]["ort_support"] = ort_table(data["ort_dtype_support"], dtypes)
+    finish(prov)
+    if args.plots is not None:
+        data["plots"] = plot(data, args.plots)
+    return data
+
+
+def reanalyse(data: dict, plots: Path | None) -> dict:
+    """The derived sections again, from the raw records of a file (after a change to the analysis only:
+    the provenance hash is updated and the file says it was re-analysed)."""
+    allocs = [a for a, st in data["allocators"].items() if st["available"]]
+    shapes = [tuple(s) for s in data["settings"]["shapes"]]
+    first_touch_all = data["first_touch"]
+    for key in ("comparisons", "targets", "advice", "tables", "ln_vs_rms"):
+        data.pop(key, None)
+    for r in data["results"]:
+        r.pop("ratio_copy", None)
+        r.pop("ratio_best_ceiling", None)
+    data.update(analyse(data["results"], allocs, shapes, data["settings"]["dtypes"]))
+    data["status"] = status_text(data)
+    data["tables"]["first_touch"] = first_touch_table(first_touch_all)
+    data["tables"]["ort_support"] = ort_table(data["ort_dtype_support"], data["settings"]["dtypes"])
+    prov = data["provenance"]
+    prov["sources"] = SOURCES
+    prov["source_hash"] = pv_source_hash(SOURCES)
+    prov["note"] = "derived sections re-analysed from the raw records with the current analysis code"
+    if plots is not None:
+        data["plots"] = plot(data, plots)
+    return data
+
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m reference_impl.studies.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="smoke run: one tiny shape, one round, marked quick")
+    p.add_argument("--out", type=Path, default=OUT, help=f"data file (default {OUT.relative_to(REPO)})")
+    p.add_argument("--plots", type=Path, default=PLOTS, help="folder for the SVG plots")
+    p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="rounds per configuration (>= 3)")
+    p.add_argument("--allocators", default=",".join(ALLOCATORS), help="comma-separated allocator settings")
+    p.add_argument("--shapes", default=None, help="rows x hidden list, e.g. 4096x1024,16384x4096")
+    p.add_argument("--max-load", type=float, default=MAX_LOAD, help="1-minute load average that counts as busy")
+    p.add_argument("--wait", type=float, default=WAIT_S, help="seconds to wait for a quiet machine")
+    p.add_argument("--force", action="store_true", help="measure even on a busy machine (recorded in the file)")
+    p.add_argument("--no-block", action="store_true", help="skip the decoder-block measurement")
+    p.add_argument("--block-steps", type=int, default=8, help="decoder-layer steps per round")
+    p.add_argument("--reanalyse", type=Path, default=None,
+                   help="recompute comparisons, targets, tables and plots from the raw records of an existing file")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.reanalyse:
+        data = reanalyse(json.loads(args.reanalyse.read_text()), args.plots)
+        args.out.write_text(json.dumps(data, indent=1) + "\n")
+        print(f"re-analysed {args.reanalyse} into {args.out}")
+        return 0
+    if args.worker:
+        print("RESULT " + json.dumps(worker(json.loads(args.worker))))
+        return 0
+    if not args.quick and args.repeats < 3:
+        p.error("--repeats must be at least 3 for a measurement (use --quick for a smoke run)")
+    args.allocators = [a for a in args.allocators.split(",") if a]
+    unknown = [a for a in args.allocators if a not in ALLOCATORS]
+    if unknown:
+        p.error(f"unknown allocator settings {unknown}; known: {sorted(ALLOCATORS)}")
+    try:
+        args.shapes = SHAPES if args.shapes is None else [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    except ValueError:
+        p.error("--shapes takes ROWSxHIDDEN,... e.g. 4096x1024,16384x4096")
+    data = run(args)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    for dname, t in data["targets"].items():
+        c = t["forward_out_vs_copy"]
+        print(f"{dname:9s} forward_out / copy: {c['met']}/{c['shapes']} shapes >= 0.9 (worst {c['worst']})")
+    print(f"wrote {args.out} in {data['provenance']['duration_s']} s")
+    return 0
+

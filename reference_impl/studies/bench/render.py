@@ -1,0 +1,188 @@
+"""What the page shows from a run: the tables (Markdown cells kept in the data file), status text and plots."""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+from .cases import CEILINGS, COLORS, IMPLS, LABELS, OUT_MODE_ALLOCATOR
+
+def _index(results: list[dict]) -> dict:
+    return {(r["allocator"], r["mode"], r["dtype"], r["rows"], r["hidden"], r["impl"]): r
+            for r in results if "median_s" in r}
+
+
+def _gb(rec) -> str:
+    if rec is None:
+        return "n/a"
+    return f"{rec['gbps']:.1f} ({rec['gbps_min']:.1f}-{rec['gbps_max']:.1f})"
+
+
+def _cmp(comparisons, **key) -> str:
+    for c in comparisons:
+        if all(c[k] == v for k, v in key.items()):
+            return f"{c['label']}, {c['ratio']:.2f}x ({c['ratio_low']:.2f}-{c['ratio_high']:.2f})"
+    return "n/a"
+
+
+def _md(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def tables(idx, comparisons, tg, allocators, shapes, dtypes) -> dict:
+    """The Performance page's tables, rendered from the records (GB/s: median (min-max) over all calls;
+    comparisons: label, speed ratio t_other / t_ours (lowest-highest over the rounds))."""
+    o = OUT_MODE_ALLOCATOR
+    rows = []
+    for dn in dtypes:
+        for r, d in shapes:
+            g = lambda impl, mode="forward_out", a=o: idx.get((a, mode, dn, r, d, impl))  # noqa: E731
+            fr = g("fused_rms_norm")
+            rows.append([dn, f"{r}x{d}", _gb(g("copy")), _gb(g("stream_copy")), _gb(fr),
+                         f"{fr['ratio_copy']:.2f}" if fr and "ratio_copy" in fr else "n/a",
+                         _gb(g("compiled_rms_norm")), _gb(g("ort_rms_normalization")),
+                         _gb(g("ort_simplified_layer_norm")),
+                         _cmp(comparisons, allocator=o, mode="forward_out", dtype=dn, rows=r, hidden=d,
+                              a="fused_rms_norm", b="ort_rms_normalization"),
+                         _cmp(comparisons, allocator=o, mode="forward_out", dtype=dn, rows=r, hidden=d,
+                              a="fused_rms_norm", b="compiled_rms_norm")])
+    out = {"forward_out": _md(["dtype", "rows x d", "copy_ (ceiling)", "streaming copy", "fused_rms_norm(out=)",
+                               "/ copy", "torch.compile (out)", "ORT RMSNormalization", "ORT SimplifiedLayerNorm",
+                               "fused vs ORT RMSNormalization", "fused vs torch.compile"], rows)}
+    rows = []
+    for dn in dtypes:
+        for r, d in shapes:
+            g = lambda impl, mode="forward_out", a=o: idx.get((a, mode, dn, r, d, impl))  # noqa: E731
+            rows.append([dn, f"{r}x{d}", _gb(g("fused_layer_norm")), _gb(g("ort_layer_normalization")),
+                         _cmp(comparisons, allocator=o, mode="forward_out", dtype=dn, rows=r, hidden=d,
+                              a="fused_layer_norm", b="ort_layer_normalization"),
+                         _cmp(comparisons, allocator=o, mode="forward_out", dtype=dn, rows=r, hidden=d,
+                              a="fused_rms_norm", b="fused_layer_norm")])
+    out["forward_out_layer_norm"] = _md(["dtype", "rows x d", "fused_layer_norm(out=)", "ORT LayerNormalization",
+                                         "fused vs ORT", "fused RMSNorm vs fused LayerNorm"], rows)
+    for mode, impls in (("forward_alloc", ("clone", "fused_rms_norm", "F.rms_norm", "compiled_rms_norm",
+                                           "ort_rms_normalization")),
+                        ("forward_backward", ("fused_rms_norm", "F.rms_norm", "compiled_rms_norm", "fused_layer_norm",
+                                              "F.layer_norm"))):
+        rows = []
+        for a in allocators:
+            for dn in dtypes:
+                for r, d in shapes:
+                    recs = [idx.get((a, mode, dn, r, d, i)) for i in impls]
+                    flt = recs[0]["minflt_per_call"] if recs[0] else None
+                    rows.append([a, dn, f"{r}x{d}", *[_gb(x) for x in recs],
+                                 _cmp(comparisons, allocator=a, mode=mode, dtype=dn, rows=r, hidden=d,
+                                      a="fused_rms_norm", b="compiled_rms_norm")]
+                                + ([f"{flt:.0f}" if flt is not None else "n/a"] if mode == "forward_alloc" else []))
+        head = ["allocator", "dtype", "rows x d", *[LABELS[i] for i in impls], "fused vs torch.compile"]
+        out[mode] = _md(head + (["page faults per clone()"] if mode == "forward_alloc" else []), rows)
+    rows = []
+    for dn in dtypes:
+        t = tg[dn]
+        for name, label in (("forward_out_vs_copy", "forward into a reused buffer >= 0.9x the reused-buffer copy"),
+                            ("forward_out_vs_ort_rms_normalization", "forward (reused buffer) vs ORT RMSNormalization"),
+                            ("forward_out_vs_ort_simplified_layer_norm", "forward (reused buffer) vs ORT SimplifiedLayerNormalization"),
+                            ("forward_out_ln_vs_ort_layer_normalization", "LayerNorm forward (reused buffer) vs ORT LayerNormalization")):
+            rows.append([label, dn, *_target_cells(t[name])])
+        for mode, label in (("forward_alloc", "allocating forward vs torch.compile"),
+                            ("forward_backward", "forward+backward vs torch.compile")):
+            for a in allocators:
+                rows.append([f"{label} ({a})", dn, *_target_cells(t[f"{mode}_vs_compile"][a])])
+    out["targets"] = _md(["target", "dtype", "shapes meeting it", "worst ratio (shape)", "short by",
+                          "separated from noise"], rows)
+    return out
+
+
+def _target_cells(t: dict) -> list[str]:
+    if not t["shapes"]:
+        return ["not measured", "n/a", "n/a", "n/a"]
+    return [f"{t['met']} of {t['shapes']} (threshold {t['threshold']:g})", f"{t['worst']:.2f} ({t['worst_shape']})",
+            f"{t['missed_by']:.2f}", f"{t['separated_faster']} of {t['shapes']} shapes"]
+
+
+
+def ort_table(support: dict, dtypes) -> str:
+    return _md(["ONNX Runtime op (CPU)", *dtypes], [
+        [op, *[("runs" if v[dn]["supported"] else "no CPU kernel: " + v[dn]["detail"].replace("unavailable: ONNX Runtime: ", "")[:90])
+               if dn in v else "not tried" for dn in dtypes]] for op, v in support.items()])
+
+
+def status_text(data: dict) -> dict:
+    """The line the page opens with: a smoke run says so; a measurement names its load and spread rule."""
+    ld = data["load"]
+    if data["provenance"]["quick"]:
+        return {"title": "Smoke run, not a measurement",
+                "text": ("These figures come from `--quick`: one tiny shape, one call per implementation, on a "
+                         "machine that may have been busy. They show that the command and this page work; the "
+                         "numbers say nothing about speed. The measurement is `python -m reference_impl.studies.bench`.")}
+    busy = (f" The machine was busy (1-minute load {ld['load_at_start']:.2f} > {ld['max_load']}) and the run was "
+            "forced: read the spreads." if ld["forced"] else "")
+    return {"title": "Measured",
+            "text": (f"{data['settings']['repeats']} rounds per configuration, implementations interleaved; 1-minute "
+                     f"load {ld['load_at_start']:.2f} at the start (limit {ld['max_load']}).{busy}")}
+
+
+def first_touch_table(ft: dict) -> str:
+    rows = []
+    for a, v in ft.items():
+        c = v["cases"]
+        rows.append([a, *[f"{c[k]['gbps']:.1f}" for k in ("copy_reused", "copy_fresh_pretouched", "clone", "empty_then_write")],
+                     f"{c['clone']['minflt_per_call']:.0f} of {v['pages_4k']}"])
+    return _md(["allocator", "copy_ into a reused buffer (GB/s)", "copy_ into a fresh, pre-touched buffer",
+                "clone()", "torch.empty + one write", "page faults per clone() (of 4 KiB pages)"], rows)
+
+
+
+def plot(data: dict, out_dir: Path) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"
+    matplotlib.rcParams["svg.hashsalt"] = "bench"
+    import matplotlib.pyplot as plt
+    from matplotlib.container import BarContainer
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    shapes = [tuple(s) for s in data["settings"]["shapes"]]
+    ticks = [f"{r}x{d}" for r, d in shapes]
+    idx = _index(data["results"])
+    quick = data["provenance"]["quick"]
+    for mode, alloc in (("forward_out", OUT_MODE_ALLOCATOR), ("forward_alloc", "glibc"),
+                        ("forward_alloc", "jemalloc_retain"), ("forward_backward", "glibc")):
+        if not any(k[0] == alloc and k[1] == mode for k in idx):
+            continue
+        fig, axes = plt.subplots(1, len(data["settings"]["dtypes"]), figsize=(12, 5.0), squeeze=False)
+        for ax, dname in zip(axes[0], data["settings"]["dtypes"]):
+            impls = list(IMPLS[mode])  # fixed slots and colours: an implementation absent in a dtype leaves a gap
+            width = 0.8 / max(1, len(impls))
+            for j, impl in enumerate(impls):
+                xs, ys, lo, hi = [], [], [], []
+                for i, (r, d) in enumerate(shapes):
+                    rec = idx.get((alloc, mode, dname, r, d, impl))
+                    if rec:
+                        xs.append(i + j * width)
+                        ys.append(rec["gbps"])
+                        lo.append(rec["gbps"] - rec["gbps_min"])
+                        hi.append(rec["gbps_max"] - rec["gbps"])
+                if not xs:
+                    continue
+                ax.bar(xs, ys, width, yerr=[lo, hi], capsize=1.5, label=LABELS[impl], color=COLORS[impl],
+                       hatch="//" if impl in CEILINGS else None, edgecolor="black" if impl in CEILINGS else None,
+                       linewidth=0.4)
+            ax.set_xticks([i + 0.4 - width / 2 for i in range(len(shapes))], ticks, fontsize=8)
+            ax.set_ylabel("GB/s (minimum bytes), median; bars: min-max")
+            ax.set_title(f"{dname}, {mode.replace('_', ' ')}, {alloc}", fontsize=9)
+            ax.grid(True, axis="y", alpha=0.3)
+        handles = {h.get_label(): h for ax in axes[0] for h in ax.containers
+                   if isinstance(h, BarContainer) and not h.get_label().startswith("_")}
+        fig.legend(list(handles.values()), list(handles), fontsize=7, loc="lower center", ncol=5, frameon=False)
+        prov = data["provenance"]
+        title = f"{prov['machine']['cpu']}, {prov['machine'].get('torch_threads')} threads, {prov['date'][:10]}"
+        fig.suptitle(("SMOKE RUN (--quick), not a measurement: " if quick else "") + title, fontsize=9)
+        fig.tight_layout(rect=(0, 0.12, 1, 1))
+        name = f"cpu_{mode}_{alloc}.svg"
+        fig.savefig(out_dir / name, metadata={"Date": None})
+        plt.close(fig)
+        written.append(name)
+    return written

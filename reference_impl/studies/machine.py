@@ -1,0 +1,74 @@
+"""Which CPU a measurement ran on, precisely enough to tell two machines apart.
+
+Cloud machines often report a bare model name ("AMD EPYC", "Intel(R) Xeon(R) Processor"). The kernel's
+``/proc/cpuinfo`` also gives the vendor, family, model and stepping (which identify the microarchitecture:
+AMD family 25 model 17 is Zen 4 "Genoa", for example), and the instruction-set flags the kernels choose
+their paths by. :func:`cpu_identity` collects those, and :func:`machine_key` turns them into a short stable
+key under which a machine's timings are kept apart from every other machine's.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import re
+from pathlib import Path
+
+# the flags that decide which kernel path runs or how fast bfloat16 converts
+FLAGS_THAT_MATTER = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+                     "avx512_bf16", "avx512_fp16", "avx512_vnni", "amx_tile", "amx_bf16")
+
+
+def _cpuinfo(text: str | None = None) -> dict[str, str]:
+    """The first processor's fields of /proc/cpuinfo ("" where the file is missing)."""
+    if text is None:
+        try:
+            text = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return {}
+    first = text.split("\n\n", 1)[0]
+    out = {}
+    for line in first.splitlines():
+        if ":" in line:
+            k, v = line.split(":", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def _cache_sizes() -> dict[str, str]:
+    """Cache sizes of CPU 0 by level and type, as the kernel reports them (``{"L1d": "32K", ...}``)."""
+    out = {}
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for idx in sorted(base.glob("index*")) if base.is_dir() else []:
+        try:
+            level = (idx / "level").read_text().strip()
+            kind = (idx / "type").read_text().strip()
+            size = (idx / "size").read_text().strip()
+        except OSError:
+            continue
+        suffix = {"Data": "d", "Instruction": "i"}.get(kind, "")
+        out[f"L{level}{suffix}"] = size
+    return out
+
+
+def cpu_identity(cpuinfo_text: str | None = None) -> dict:
+    """Vendor, family, model, stepping, model name, the flags that matter, caches and the core count."""
+    info = _cpuinfo(cpuinfo_text)
+    flags = set(info.get("flags", "").split())
+    return {
+        "vendor": info.get("vendor_id", platform.processor() or "unknown"),
+        "family": info.get("cpu family", ""),
+        "model": info.get("model", ""),
+        "stepping": info.get("stepping", ""),
+        "model_name": re.sub(r"\s+", " ", info.get("model name", platform.processor() or "unknown")),
+        "flags": [f for f in FLAGS_THAT_MATTER if f in flags],
+        "caches": _cache_sizes() if cpuinfo_text is None else {},
+        "cores": os.cpu_count() or 0,
+    }
+
+
+def machine_key(identity: dict) -> str:
+    """A file-name-safe key, e.g. ``authenticamd-f25-m17-s1-avx512bf16-2c``: same key, same kind of machine."""
+    bf16 = "avx512bf16" if "avx512_bf16" in identity["flags"] else (
+        "avx512" if "avx512f" in identity["flags"] else ("avx2" if "avx2" in identity["flags"] else "base"))
+    raw = f"{identity['vendor']}-f{identity['family']}-m{identity['model']}-s{identity['stepping']}-{bf16}-{identity['cores']}c"
+    return re.sub(r"[^a-z0-9-]+", "", raw.lower())
