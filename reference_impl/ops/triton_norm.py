@@ -104,6 +104,12 @@ def _norm_fwd_kernel(X, RES, W, B, Y, H, MEAN, RSTD, d, d_f, eps,
                      HAS_B: tl.constexpr, BLOCK: tl.constexpr, SINGLE: tl.constexpr, BF16_BY_BITS: tl.constexpr):
     """One program per row. SINGLE: the whole row is one tile held in registers (read once); otherwise the
     row is read in chunks of BLOCK, once per statistic and once for the output."""
+    # --8<-- [start:pin]
+    # float32 scalars whoever launches: Inductor passes Python floats as fp64, which would lift the
+    # statistic to fp64 (and fail sqrt_rn/div_rn, which take fp32)
+    eps = tl.cast(eps, tl.float32)
+    d_f = tl.cast(d_f, tl.float32)
+    # --8<-- [end:pin]
     row = tl.program_id(0).to(tl.int64)
     base = row * d
     if SINGLE:
@@ -184,6 +190,7 @@ def _norm_bwd_row_stats_kernel(DY, H, W, MEAN, RSTD, C1, C2, d, d_f,
                                IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_W: tl.constexpr,
                                BLOCK: tl.constexpr):
     """Long rows only: per row, c1 = mean(g * xhat) and (LayerNorm) c2 = mean(g), read in chunks."""
+    d_f = tl.cast(d_f, tl.float32)
     row = tl.program_id(0).to(tl.int64)
     base = row * d
     rstd = tl.load(RSTD + row)
@@ -216,6 +223,7 @@ def _norm_bwd_kernel(DY, H, W, MEAN, RSTD, C1, C2, DX, DWP, DBP, n_rows, d, d_f,
     dy * xhat (dy) over its rows, added in row order. SINGLE: the whole row is the chunk and the per-row
     means are computed here; otherwise they come from _norm_bwd_row_stats_kernel (C1, C2).
     """
+    d_f = tl.cast(d_f, tl.float32)
     pid = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < d
