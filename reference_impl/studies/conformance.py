@@ -188,6 +188,7 @@ def measure(quick: bool = False, progress: bool = True) -> dict:
                      "conventions": list(CONVENTIONS),
                      "inputs": "x ~ N(0,1), residual ~ N(0,16), Llama gain 1 + N(0,0.01), Gemma offset N(0,0.01)"},
         "implementations": summary,
+        "by_key": {row["key"]: row for row in summary},
         "measured_here": len(engines),
         "grid": by_dtype(impls, cases),
         "cases": cases,
