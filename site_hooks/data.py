@@ -80,11 +80,14 @@ def data_macro(ctx, name: str, dotted: str, fmt: str = "") -> str:
 @macro("data_table")
 def data_table_macro(ctx, name: str, dotted: str, *columns: str) -> str:
     """``{{ data_table("file.json", "rows", "key|Header|fmt", ...) }}``: a Markdown table with one row per item
-    of the list at ``dotted`` and the columns named on the page (an item's key, its header, an optional
-    format). A null renders as "n/a", a list as its items separated by commas, a boolean as yes / no."""
+    of the list (or mapping, whose keys are the column ``@key``) at ``dotted`` and the columns named on the
+    page (an item's key, its header, an optional format). A null, or a missing key of a record marked
+    ``unavailable``, renders as "n/a", a list as its items separated by semicolons, a boolean as yes / no."""
     items = lookup(name, dotted)
+    if isinstance(items, dict):  # a mapping of records: one row each, its key available as "@key"
+        items = [{"@key": k, **v} for k, v in items.items() if isinstance(v, dict)]
     if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-        raise MacroError(f"{ctx.src_path}: docs/data/{name} {dotted!r} is not a list of records")
+        raise MacroError(f"{ctx.src_path}: docs/data/{name} {dotted!r} is not a list or mapping of records")
     if not columns:
         raise MacroError(f"{ctx.src_path}: data_table needs at least one column")
     specs = []
@@ -94,6 +97,8 @@ def data_table_macro(ctx, name: str, dotted: str, *columns: str) -> str:
         specs.append((key, header or key, fmt))
 
     def cell(item, key, fmt):
+        if key not in item and "unavailable" in item:  # a record of something that did not run
+            return "n/a"
         if key not in item:
             raise MacroError(f"{ctx.src_path}: docs/data/{name} {dotted!r} has an item without {key!r}")
         v = item[key]

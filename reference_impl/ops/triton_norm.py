@@ -67,16 +67,17 @@ def _load_h(X, RES, H, offs, mask, HAS_RES: tl.constexpr, STORE_H: tl.constexpr,
             RES_FP32: tl.constexpr = False):
     """The row chunk to normalize, in fp32: x, or h = round_x(x + residual) (stored once when asked).
     RES_FP32 (the "fp32" residual contract): the fp32 sum s itself is normalized; h = round_x(s) is stored."""
-    h = tl.load(X + offs, mask=mask, other=0.0)
+    hf = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
     if HAS_RES:
-        r = tl.load(RES + offs, mask=mask, other=0.0)
-        s = h.to(tl.float32) + r.to(tl.float32)
+        s = hf + tl.load(RES + offs, mask=mask, other=0.0).to(tl.float32)
         h = _round(s, X.dtype.element_ty, BF16_BY_BITS)  # one rounding
         if STORE_H:
             tl.store(H + offs, h, mask=mask)
         if RES_FP32:
-            h = s
-    return h.to(tl.float32)
+            hf = s
+        else:
+            hf = h.to(tl.float32)
+    return hf
 
 
 @triton.jit

@@ -211,10 +211,12 @@ def plot(data: dict, out_dir: Path = PLOTS) -> list[str]:
 
     grid = data["grid"]
     hf = [k for k in grid if k.startswith("hf_")]
-    rows = [("HF modules (%d)" % len(hf), _merge([grid[k] for k in hf]))] + \
+    same = [k for k in hf if all(v in (0, None) for v in grid[k].values())]  # bit-identical modules: one row
+    rows = [(f"HF modules ({len(same)})", _merge([grid[k] for k in same]))] + \
+        [(f"HF {k[3:]}", grid[k]) for k in hf if k not in same] + \
         [(SHORT.get(k, k), v) for k, v in grid.items() if not k.startswith("hf_")]
     cols = [f"{dn} {conv}" for dn in DTYPES for conv in CONVENTIONS]
-    lw, cw, rh, top = 340, 80, 44, 120
+    lw, cw, rh, top = 300, 90, 44, 120
     w, h = lw + cw * len(cols) + 10, top + rh * len(rows) + 70
     written = []
     for t in D.THEMES:
@@ -226,9 +228,11 @@ def plot(data: dict, out_dir: Path = PLOTS) -> list[str]:
         for j, c in enumerate(cols):
             dn, conv = c.split()
             x = lw + cw * j + cw / 2
-            s.text(x, top - 60, {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[dn], t.fg, f, "middle",
-                   weight="bold")
-            s.text(x, top - 20, conv, t.muted, f, "middle")
+            if j % 2 == 0:  # the dtype over its two casting orders
+                s.text(x + cw / 2, top - 62, {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}[dn], t.fg, f,
+                       "middle", weight="bold")
+                s.line(x - cw / 2 + 6, top - 50, x + cw * 1.5 - 6, top - 50, t.muted, 1.5)
+            s.text(x, top - 16, conv, t.muted, f, "middle")
         for i, (label, cells) in enumerate(rows):
             y = top + rh * i
             s.text(lw - 12, y + rh / 2 + f * 0.35, label, t.fg, f, "end")

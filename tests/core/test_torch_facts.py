@@ -50,3 +50,27 @@ def test_a_weight_of_another_dtype_skips_the_fused_path_with_a_warning():
         warnings.simplefilter("always")
         F.rms_norm(x, (64,), w.to(torch.bfloat16), 1e-6)
     assert not any("fused implementation" in str(c.message) for c in same), "same dtypes: no warning"
+
+
+@pytest.mark.guards("conformance.compile_casts")
+def test_inductor_drops_the_llama_rounding_unless_told_to_emulate_it():
+    """Inductor removes a downcast followed by an upcast (``h.to(bfloat16)`` then the float32 product with the
+    weight), so the compiled Llama formula is not LlamaRMSNorm bit for bit;
+    ``torch._inductor.config.emulate_precision_casts = True`` keeps the rounding and the bits."""
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
+
+    from reference_impl.studies.conformance_impls import llama_formula
+
+    g = torch.Generator().manual_seed(11)
+    x = (3 * torch.randn(64, 257, generator=g)).to(torch.bfloat16)
+    w = (1 + 0.1 * torch.randn(257, generator=g)).to(torch.bfloat16)
+    eager = llama_formula(x, w, 1e-6)
+    results = {}
+    for emulate in (False, True):
+        torch._dynamo.reset()
+        with inductor_config.patch(emulate_precision_casts=emulate):
+            results[emulate] = torch.compile(llama_formula, fullgraph=True)(x, w, 1e-6)
+    torch._dynamo.reset()
+    assert not torch.equal(results[False], eager), "Inductor kept the intermediate rounding: update the pages"
+    assert torch.equal(results[True], eager)
