@@ -81,7 +81,8 @@ def data_macro(ctx, name: str, dotted: str, fmt: str = "") -> str:
 def data_table_macro(ctx, name: str, dotted: str, *columns: str) -> str:
     """``{{ data_table("file.json", "rows", "key|Header|fmt", ...) }}``: a Markdown table with one row per item
     of the list (or mapping, whose keys are the column ``@key``) at ``dotted`` and the columns named on the
-    page (an item's key, its header, an optional format). A null, or a missing key of a record marked
+    page (an item's key, ``key?`` for one that may be missing, its header, an optional format). A null, or a
+    missing key of a record marked
     ``unavailable``, renders as "n/a", a list as its items separated by semicolons, a boolean as yes / no."""
     items = lookup(name, dotted)
     if isinstance(items, dict):  # a mapping of records: one row each, its key available as "@key"
@@ -97,6 +98,10 @@ def data_table_macro(ctx, name: str, dotted: str, *columns: str) -> str:
         specs.append((key, header or key, fmt))
 
     def cell(item, key, fmt):
+        if key.endswith("?"):  # an optional key: empty where the record has none
+            key = key[:-1]
+            if key not in item:
+                return ""
         if key not in item and "unavailable" in item:  # a record of something that did not run
             return "n/a"
         if key not in item:
