@@ -84,15 +84,17 @@ def test_a_committed_case_reproduces(case_id):
 # ------------------------------------------------------------------------------------------ the page's advice
 
 @pytest.mark.guards("conformance.advice")
-def test_the_modules_and_the_replaying_implementations_are_bit_identical():
+def test_the_modules_are_bit_identical_and_the_replaying_kernels_nearly():
     for key, row in DATA["by_key"].items():
         if key.startswith("hf_") and key != "hf_olmo_2":  # OLMo 2 has its own order (gain, then one cast)
             assert row["identical"] == row["measured"] == row["cases"], key
     assert DATA["by_key"]["conventions"]["identical"] == len(DATA["cases"])
-    for key in ("fused_hf", "triton_hf"):
+    for key in ("fused_hf", "triton_hf"):  # same casting order, another summation order: rare last bits
         for c in DATA["cases"]:
             if c["dtype"] in HALF:
-                assert c["results"][key]["identical"], (key, c["id"])
+                r, cast_once = c["results"][key], c["results"]["torch_module"]
+                assert r["fraction_different"] <= 1e-3 and r["max_ulp"] <= 2, (key, c["id"])
+                assert r["fraction_different"] < cast_once["fraction_different"] / 100, (key, c["id"])
 
 
 @pytest.mark.guards("conformance.advice")
