@@ -29,6 +29,8 @@
 //                           normalize in fp32, cast to x's dtype, then multiply by the weight)
 //   convention 1 (Gemma):  y = round_x((h * rstd) * (1 + float(weight)))   (the offset gain, cast once)
 //   weight None:           y = round_x(h * rstd) in both conventions.
+//   convention + 2 (the "fp32" residual contract; CPU kernels): rstd and y are computed from
+//                    s = float(x) + float(residual) instead of h; residual_out is still round_x(s).
 // rms_norm_fwd_out(..., *, y, residual_out) -> rstd
 //   The same, writing y (and residual_out, when a residual is given) into the caller's buffers: x's
 //   shape and dtype, contiguous, on x's device, sharing no memory with an input or with each other.

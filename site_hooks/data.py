@@ -75,3 +75,50 @@ def data_macro(ctx, name: str, dotted: str, fmt: str = "") -> str:
     except (TypeError, ValueError) as exc:
         raise MacroError(f"{ctx.src_path}: docs/data/{name} {dotted!r} = {value!r} cannot be formatted "
                          f"with {fmt!r}: {exc}") from exc
+
+
+@macro("data_table")
+def data_table_macro(ctx, name: str, dotted: str, *columns: str) -> str:
+    """``{{ data_table("file.json", "rows", "key|Header|fmt", ...) }}``: a Markdown table with one row per item
+    of the list (or mapping, whose keys are the column ``@key``) at ``dotted`` and the columns named on the
+    page (an item's key, ``key?`` for one that may be missing, its header, an optional format). A null, or a
+    missing key of a record marked
+    ``unavailable``, renders as "n/a", a list as its items separated by semicolons, a boolean as yes / no."""
+    items = lookup(name, dotted)
+    if isinstance(items, dict):  # a mapping of records: one row each, its key available as "@key"
+        items = [{"@key": k, **v} for k, v in items.items() if isinstance(v, dict)]
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise MacroError(f"{ctx.src_path}: docs/data/{name} {dotted!r} is not a list or mapping of records")
+    if not columns:
+        raise MacroError(f"{ctx.src_path}: data_table needs at least one column")
+    specs = []
+    for col in columns:
+        key, _, rest = col.partition("|")
+        header, _, fmt = rest.partition("|")
+        specs.append((key, header or key, fmt))
+
+    def cell(item, key, fmt):
+        if key.endswith("?"):  # an optional key: empty where the record has none
+            key = key[:-1]
+            if key not in item:
+                return ""
+        if key not in item and "unavailable" in item:  # a record of something that did not run
+            return "n/a"
+        if key not in item:
+            raise MacroError(f"{ctx.src_path}: docs/data/{name} {dotted!r} has an item without {key!r}")
+        v = item[key]
+        if v is None:
+            return "n/a"
+        if isinstance(v, bool):
+            return "yes" if v else "no"
+        if isinstance(v, list):
+            return "; ".join(str(e) for e in v) or "-"
+        try:
+            return format(v, fmt) if fmt else str(v)
+        except (TypeError, ValueError) as exc:
+            raise MacroError(f"{ctx.src_path}: {key}={v!r} cannot be formatted with {fmt!r}: {exc}") from exc
+
+    lines = ["| " + " | ".join(h for _, h, _ in specs) + " |", "|" + "---|" * len(specs)]
+    for item in items:
+        lines.append("| " + " | ".join(cell(item, k, f).replace("|", "\\|") for k, _, f in specs) + " |")
+    return "\n".join(lines)

@@ -50,7 +50,10 @@ void check_fwd_args(const at::Tensor& x, const c10::optional<at::Tensor>& weight
   check_param(weight, x, op, "weight");
   if (residual.has_value()) check_like_x(*residual, x, op, "residual");
   check_eps(eps, op);
-  check_convention(convention, op);
+  check_convention(convention & 1, op);  // bit 1: the residual contract (0 "hf", 2 "fp32")
+  TORCH_CHECK_VALUE(convention >= 0 && convention <= 3, op,
+                    ": convention must be 0 or 1 (llama, gemma), plus 2 for the fp32 residual contract; got ",
+                    convention);
 }
 
 // Writes y, residual_out (when a residual is given) and rstd, all allocated and checked by the caller.
@@ -66,8 +69,9 @@ void rms_fwd_into(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
                rstd.data_ptr<float>(),
                x.size(-1),
                static_cast<float>(eps),
-               static_cast<int>(convention),
-               static_cast<int64_t>(y.nbytes()) >= stream_bytes()};
+               static_cast<int>(convention & 1),
+               static_cast<int64_t>(y.nbytes()) >= stream_bytes(),
+               (convention & 2) != 0};
   by_types(x.scalar_type(), [&](auto t, auto wt) { rms_fwd_dispatch<decltype(t), decltype(wt)>(a, rows_of(x)); });
 }
 

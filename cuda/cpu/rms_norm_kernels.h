@@ -5,7 +5,8 @@
 // rows between threads, and owns the memory. Contract (every pointer contiguous, rows of d elements):
 //
 // Forward, per row (one row stays in the L1/L2 cache between its passes, so memory sees each byte once):
-//   [residual]  h = round_x(x + residual), stored as residual_out
+//   [residual]  h = round_x(x + residual), stored as residual_out; with residual_fp32 (the "fp32"
+//               residual contract) the passes below read s = x + residual in fp32 instead of h
 //   pass 1      s = sum h^2                     (fp32, fixed summation order)
 //               rstd = 1 / sqrt(s / d + eps)     (the only value saved for backward besides the input)
 //               [s overflowed or underflowed: rms_fwd_row_wide does the row in double instead]
@@ -34,6 +35,7 @@ struct RmsFwdArgs {
   float eps;
   int convention;        // 0 Llama, 1 Gemma
   bool stream;           // non-temporal stores for y
+  bool residual_fp32 = false;  // statistic and output from fp32 x + residual, not from round_x(x + residual)
 };
 
 struct RmsBwdArgs {
@@ -87,9 +89,10 @@ void rms_fwd_rows(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
   const WT* w = static_cast<const WT*>(a.w);
   for (int64_t i = r0; i < r1; ++i) {
     const T* h = static_cast<const T*>(a.x) + i * d;
+    const T* x = h;
+    const T* r = a.residual ? static_cast<const T*>(a.residual) + i * d : nullptr;
     T* y = static_cast<T*>(a.y) + i * d;
     if (a.residual) {  // h = round_x(x + residual): stored once, then read back from the cache
-      const T* r = static_cast<const T*>(a.residual) + i * d;
       T* ho = static_cast<T*>(a.residual_out) + i * d;
       row_store<V>(ho, d, false, [&](auto q, int64_t j) {
         using Q = decltype(q);
@@ -97,9 +100,14 @@ void rms_fwd_rows(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
       });
       h = ho;
     }
-    const float ss = row_sum<V>(d, [&](auto q, int64_t j) {
+    const bool from_sum = r && a.residual_fp32;
+    auto src = [&](auto q, int64_t j) {  // the row that is normalized: h, or s = x + residual in fp32
       using Q = decltype(q);
-      auto v = Q::load(h + j);
+      return from_sum ? Q::add(Q::load(x + j), Q::load(r + j)) : Q::load(h + j);
+    };
+    const float ss = row_sum<V>(d, [&](auto q, int64_t j) {
+      auto v = src(q, j);
+      using Q = decltype(q);
       return Q::mul(v, v);
     });  // the squares are rounded before the add in every lane and in the tail alike
     if (__builtin_expect(sum_out_of_range(ss), 0) &&
@@ -110,17 +118,17 @@ void rms_fwd_rows(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
     if (!w) {
       row_store<V>(y, d, a.stream, [&](auto q, int64_t j) {
         using Q = decltype(q);
-        return Q::mul(Q::load(h + j), Q::set1(rs));
+        return Q::mul(src(q, j), Q::set1(rs));
       });
     } else if (a.convention == 0) {  // Llama: cast the normalized row to x's dtype, then scale
       row_store<V>(y, d, a.stream, [&](auto q, int64_t j) {
         using Q = decltype(q);
-        return Q::mul(Q::round(Q::mul(Q::load(h + j), Q::set1(rs)), static_cast<T*>(nullptr)), Q::load(w + j));
+        return Q::mul(Q::round(Q::mul(src(q, j), Q::set1(rs)), static_cast<T*>(nullptr)), Q::load(w + j));
       });
     } else {  // Gemma: scale by (1 + w) in fp32, cast once
       row_store<V>(y, d, a.stream, [&](auto q, int64_t j) {
         using Q = decltype(q);
-        return Q::mul(Q::mul(Q::load(h + j), Q::set1(rs)), Q::add(Q::set1(1.0f), Q::load(w + j)));
+        return Q::mul(Q::mul(src(q, j), Q::set1(rs)), Q::add(Q::set1(1.0f), Q::load(w + j)));
       });
     }
   }

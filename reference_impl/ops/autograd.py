@@ -120,7 +120,7 @@ def _rms_setup(ctx, inputs, output):
     y, res_out, rstd = output
     # the normalized tensor is h = x + residual when a residual is fused: that is what backward needs
     ctx.save_for_backward(res_out if residual is not None else x, weight, rstd)
-    ctx.convention = convention
+    ctx.convention = convention & 1  # bit 1 (the fp32 residual contract) is a forward-only setting
     ctx.has_residual = residual is not None
     ctx.set_materialize_grads(False)  # an output nobody used sends None, not a tensor of zeros
 

@@ -214,9 +214,24 @@ def _check_out(out, name: str, x: torch.Tensor, inputs: dict) -> None:
             raise ValueError(f"{name} shares memory with {other_name}; pass a separate buffer")
 
 
+RESIDUAL_CONTRACTS = {"hf": 0, "fp32": 2}  # added to the convention code the op receives (cuda/ops.h)
+
+
+def _contract_bit(residual_contract, x) -> int:
+    if not isinstance(residual_contract, str):
+        raise TypeError(f"residual_contract must be a string, got {type(residual_contract).__name__}")
+    if residual_contract not in RESIDUAL_CONTRACTS:
+        raise ValueError(f"unknown residual_contract {residual_contract!r}; expected 'hf' or 'fp32'")
+    if residual_contract == "fp32" and x.device.type != "cpu":
+        raise ValueError("residual_contract='fp32' runs on the CPU kernels (and the Triton kernels); the CUDA "
+                         "kernels of this op implement 'hf' only")
+    return RESIDUAL_CONTRACTS[residual_contract]
+
+
 def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
                    residual: torch.Tensor | None = None, convention: str = "llama", *,
-                   out: torch.Tensor | None = None, residual_out: torch.Tensor | None = None):
+                   out: torch.Tensor | None = None, residual_out: torch.Tensor | None = None,
+                   residual_contract: str = "hf"):
     """Fused RMSNorm over the last dimension, optionally fused with the residual add.
 
     Args:
@@ -230,6 +245,11 @@ def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: flo
         out: keyword-only, for inference: a contiguous tensor of x's shape, dtype and device that
             receives ``y`` (no allocation for it); it must share no memory with an input.
         residual_out: keyword-only, with ``residual``: the same for ``h``.
+        residual_contract: keyword-only, what is normalized when ``residual`` is given: ``"hf"`` (default)
+            ``h = round_x(x + residual)``, as a Hugging Face decoder layer computes it; ``"fp32"`` the
+            float32 sum ``s = float(x) + float(residual)`` (statistic and output from s), while the
+            residual output is still ``round_x(s)``. ``"fp32"`` runs on the CPU kernels; the backward
+            uses the rounded ``h`` with the forward's rstd.
 
     Returns:
         ``y`` of x's shape and dtype, or ``(y, h)`` when ``residual`` is given (``out`` and
@@ -267,9 +287,10 @@ def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: flo
             raise ValueError(f"residual is on {residual.device} but x is on {x.device}")
     if residual_out is not None and residual is None:
         raise ValueError("residual_out is given without a residual")
+    code = CONVENTIONS[convention] + _contract_bit(residual_contract, x)
     _ensure_device(x)
     args = (x.contiguous(), None if weight is None else weight.contiguous(),
-            None if residual is None else residual.contiguous(), eps, CONVENTIONS[convention])
+            None if residual is None else residual.contiguous(), eps, code)
     if out is None and residual_out is None:
         y, res_out, _ = torch.ops.normlab.rms_norm_fwd(*args)
         return y if residual is None else (y, res_out)

@@ -69,15 +69,21 @@ def _round(v, ty: tl.constexpr, BF16_BY_BITS: tl.constexpr):
 
 
 @triton.jit
-def _load_h(X, RES, H, offs, mask, HAS_RES: tl.constexpr, STORE_H: tl.constexpr, BF16_BY_BITS: tl.constexpr):
-    """The row chunk to normalize, in fp32: x, or h = round_x(x + residual) (stored once when asked)."""
-    h = tl.load(X + offs, mask=mask, other=0.0)
+def _load_h(X, RES, H, offs, mask, HAS_RES: tl.constexpr, STORE_H: tl.constexpr, BF16_BY_BITS: tl.constexpr,
+            RES_FP32: tl.constexpr = False):
+    """The row chunk to normalize, in fp32: x, or h = round_x(x + residual) (stored once when asked).
+    RES_FP32 (the "fp32" residual contract): the fp32 sum s itself is normalized; h = round_x(s) is stored."""
+    hf = tl.load(X + offs, mask=mask, other=0.0).to(tl.float32)
     if HAS_RES:
-        r = tl.load(RES + offs, mask=mask, other=0.0)
-        h = _round(h.to(tl.float32) + r.to(tl.float32), X.dtype.element_ty, BF16_BY_BITS)  # one rounding
+        s = hf + tl.load(RES + offs, mask=mask, other=0.0).to(tl.float32)
+        h = _round(s, X.dtype.element_ty, BF16_BY_BITS)  # one rounding
         if STORE_H:
             tl.store(H + offs, h, mask=mask)
-    return h.to(tl.float32)
+        if RES_FP32:
+            hf = s
+        else:
+            hf = h.to(tl.float32)
+    return hf
 
 
 @triton.jit
@@ -125,17 +131,24 @@ def _pow2_scale(amax):
 @triton.jit
 def _norm_fwd_kernel(X, RES, W, B, Y, H, MEAN, RSTD, d, d_f, eps,
                      IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
-                     HAS_B: tl.constexpr, BLOCK: tl.constexpr, SINGLE: tl.constexpr, BF16_BY_BITS: tl.constexpr):
+                     HAS_B: tl.constexpr, BLOCK: tl.constexpr, SINGLE: tl.constexpr, BF16_BY_BITS: tl.constexpr,
+                     RES_FP32: tl.constexpr = False):
     """One program per row. SINGLE: the whole row is one tile held in registers (read once); otherwise the
     row is read in chunks of BLOCK, once per statistic and once for the output. LayerNorm: the mean m,
     then c = mean(h - m) and q = mean((h - m)^2) in one pass; mean = m + c, var = q - c^2. A row whose
     float32 sum left the normal range (rare) is scaled by a power of two and summed again (_wide_rows)."""
+    # --8<-- [start:pin]
+    # float32 scalars whoever launches: Inductor passes Python floats as fp64, which would lift the
+    # statistic to fp64 (and fail sqrt_rn/div_rn, which take fp32)
+    eps = tl.cast(eps, tl.float32)
+    d_f = tl.cast(d_f, tl.float32)
+    # --8<-- [end:pin]
     row = tl.program_id(0).to(tl.int64)
     base = row * d
     if SINGLE:
         cols = tl.arange(0, BLOCK)
         mask = cols < d
-        h = _load_h(X, RES, H, base + cols, mask, HAS_RES, True, BF16_BY_BITS)
+        h = _load_h(X, RES, H, base + cols, mask, HAS_RES, True, BF16_BY_BITS, RES_FP32)
         if IS_RMS:
             mean = 0.0
             c = 0.0
@@ -152,7 +165,7 @@ def _norm_fwd_kernel(X, RES, W, B, Y, H, MEAN, RSTD, d, d_f, eps,
         for start in range(0, d, BLOCK):  # pass 1: sum of squares (RMS) or sum (LN); h is stored here
             cols = start + tl.arange(0, BLOCK)
             mask = cols < d
-            h = _load_h(X, RES, H, base + cols, mask, HAS_RES, True, BF16_BY_BITS)
+            h = _load_h(X, RES, H, base + cols, mask, HAS_RES, True, BF16_BY_BITS, RES_FP32)
             if IS_RMS:
                 acc += h * h
             else:
@@ -169,7 +182,7 @@ def _norm_fwd_kernel(X, RES, W, B, Y, H, MEAN, RSTD, d, d_f, eps,
             for start in range(0, d, BLOCK):  # LayerNorm pass 2: the mean's correction and the centred squares
                 cols = start + tl.arange(0, BLOCK)
                 mask = cols < d
-                h = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS)
+                h = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS, RES_FP32)
                 xc = tl.where(mask, h - mean, 0.0)
                 acc1 += xc
                 acc2 += xc * xc
@@ -179,7 +192,7 @@ def _norm_fwd_kernel(X, RES, W, B, Y, H, MEAN, RSTD, d, d_f, eps,
     rstd = tl.math.div_rn(1.0, tl.sqrt_rn(ms + eps))
     if _out_of_range(s):
         _wide_rows(X, RES, H, W, B, Y, MEAN, RSTD, row, base, d, d_f, eps, mean, c, rstd, IS_RMS, GEMMA, HAS_RES,
-                   HAS_W, HAS_B, BLOCK, BF16_BY_BITS)
+                   HAS_W, HAS_B, BLOCK, BF16_BY_BITS, RES_FP32)
     else:
         if SINGLE:
             _store_y(Y, W, B, base + cols, cols, mask, h, mean, c, rstd, IS_RMS, GEMMA, HAS_W, HAS_B, BF16_BY_BITS)
@@ -187,7 +200,7 @@ def _norm_fwd_kernel(X, RES, W, B, Y, H, MEAN, RSTD, d, d_f, eps,
             for start in range(0, d, BLOCK):  # the output (h recomputed from x and the residual)
                 cols = start + tl.arange(0, BLOCK)
                 mask = cols < d
-                h = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS)
+                h = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS, RES_FP32)
                 _store_y(Y, W, B, base + cols, cols, mask, h, mean, c, rstd, IS_RMS, GEMMA, HAS_W, HAS_B,
                          BF16_BY_BITS)
         tl.store(RSTD + row, rstd)
@@ -198,7 +211,7 @@ def _norm_fwd_kernel(X, RES, W, B, Y, H, MEAN, RSTD, d, d_f, eps,
 @triton.jit
 def _wide_rows(X, RES, H, W, B, Y, MEAN, RSTD, row, base, d, d_f, eps, mean, c, rstd,
                IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
-               HAS_B: tl.constexpr, BLOCK: tl.constexpr, BF16_BY_BITS: tl.constexpr):
+               HAS_B: tl.constexpr, BLOCK: tl.constexpr, BF16_BY_BITS: tl.constexpr, RES_FP32: tl.constexpr):
     """The rescaled second pass of a row whose float32 sum overflowed or underflowed: z = h * 2^k with
     max |z| in [0.5, 1), statistics of z in float32 (they cannot overflow; eps scaled by 2^2k in float64),
     y = z * rstd_z. A row with Inf or NaN, or of zeros, keeps the float32 result (it is right there)."""
@@ -206,7 +219,7 @@ def _wide_rows(X, RES, H, W, B, Y, MEAN, RSTD, row, base, d, d_f, eps, mean, c, 
     bad = tl.zeros([BLOCK], dtype=tl.float32)
     for start in range(0, d, BLOCK):
         cols = start + tl.arange(0, BLOCK)
-        h = _load_h(X, RES, H, base + cols, cols < d, HAS_RES, False, BF16_BY_BITS)
+        h = _load_h(X, RES, H, base + cols, cols < d, HAS_RES, False, BF16_BY_BITS, RES_FP32)
         amax = tl.maximum(amax, tl.abs(h))
         bad += h - h  # NaN once an element is Inf or NaN
     amax_row = tl.max(amax, axis=0)
@@ -215,7 +228,7 @@ def _wide_rows(X, RES, H, W, B, Y, MEAN, RSTD, row, base, d, d_f, eps, mean, c, 
         acc = tl.zeros([BLOCK], dtype=tl.float32)
         for start in range(0, d, BLOCK):
             cols = start + tl.arange(0, BLOCK)
-            z = _load_h(X, RES, H, base + cols, cols < d, HAS_RES, False, BF16_BY_BITS) * s1 * s2
+            z = _load_h(X, RES, H, base + cols, cols < d, HAS_RES, False, BF16_BY_BITS, RES_FP32) * s1 * s2
             if IS_RMS:
                 acc += z * z
             else:
@@ -231,7 +244,7 @@ def _wide_rows(X, RES, H, W, B, Y, MEAN, RSTD, row, base, d, d_f, eps, mean, c, 
             for start in range(0, d, BLOCK):
                 cols = start + tl.arange(0, BLOCK)
                 mask = cols < d
-                z = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS) * s1 * s2
+                z = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS, RES_FP32) * s1 * s2
                 zc = tl.where(mask, z - mz, 0.0)
                 acc1 += zc
                 acc2 += zc * zc
@@ -242,7 +255,7 @@ def _wide_rows(X, RES, H, W, B, Y, MEAN, RSTD, row, base, d, d_f, eps, mean, c, 
         for start in range(0, d, BLOCK):
             cols = start + tl.arange(0, BLOCK)
             mask = cols < d
-            z = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS) * s1 * s2
+            z = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS, RES_FP32) * s1 * s2
             _store_y(Y, W, B, base + cols, cols, mask, z, mz, cz, rz.to(tl.float32), IS_RMS, GEMMA, HAS_W, HAS_B,
                      BF16_BY_BITS)
         tl.store(RSTD + row, (rz * sc).to(tl.float32))
@@ -250,7 +263,7 @@ def _wide_rows(X, RES, H, W, B, Y, MEAN, RSTD, row, base, d, d_f, eps, mean, c, 
         for start in range(0, d, BLOCK):
             cols = start + tl.arange(0, BLOCK)
             mask = cols < d
-            h = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS)
+            h = _load_h(X, RES, H, base + cols, mask, HAS_RES, False, BF16_BY_BITS, RES_FP32)
             _store_y(Y, W, B, base + cols, cols, mask, h, mean, c, rstd, IS_RMS, GEMMA, HAS_W, HAS_B, BF16_BY_BITS)
         tl.store(RSTD + row, rstd)
         if not IS_RMS:
@@ -330,6 +343,7 @@ def _norm_bwd_kernel(DY, H, W, MEAN, RSTD, C1, C2, C3, DX, DWP, DBP, n_rows, d, 
     dy * xhat (dy) over its rows, added in row order. SINGLE: the whole row is the chunk and the per-row
     means are computed here; otherwise they come from _norm_bwd_row_stats_kernel (C1, C2).
     """
+    d_f = tl.cast(d_f, tl.float32)
     pid = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < d
@@ -470,6 +484,15 @@ def _check_p(p, x, name: str) -> None:
         raise TypeError(f"{name} has dtype {p.dtype}; the Triton op needs x's dtype ({x.dtype}) or float32")
 
 
+def _check_contract(residual_contract) -> bool:
+    """True for the "fp32" residual contract (normalize the fp32 sum), False for "hf" (the rounded h)."""
+    if not isinstance(residual_contract, str):
+        raise TypeError(f"residual_contract must be a string, got {type(residual_contract).__name__}")
+    if residual_contract not in ("hf", "fp32"):
+        raise ValueError(f"unknown residual_contract {residual_contract!r}; expected 'hf' or 'fp32'")
+    return residual_contract == "fp32"
+
+
 def _check_convention(convention) -> bool:
     if not isinstance(convention, str):
         raise TypeError(f"convention must be a string, got {type(convention).__name__}")
@@ -545,7 +568,7 @@ def _sum_partials(part: torch.Tensor, d: int, dtype: torch.dtype) -> torch.Tenso
     return out
 
 
-def _fwd(x, weight, bias, residual, eps, is_rms, gemma, block_size):
+def _fwd(x, weight, bias, residual, eps, is_rms, gemma, block_size, res_fp32=False):
     d = x.shape[-1]
     x2 = x.contiguous().view(-1, d)
     n = x2.shape[0]
@@ -557,7 +580,7 @@ def _fwd(x, weight, bias, residual, eps, is_rms, gemma, block_size):
     if n > 0 and block_size is None and d <= ROWS_MAX_D:  # short rows: several per program
         from .triton_rows import fwd_rows
 
-        fwd_rows(x2, res2, weight, bias, y, h, mean, rstd, eps, is_rms, gemma)
+        fwd_rows(x2, res2, weight, bias, y, h, mean, rstd, eps, is_rms, gemma, res_fp32=res_fp32 and res2 is not None)
     elif n > 0:
         block, single, nw, _ = _settings(d, block_size)
         dummy = x2
@@ -566,7 +589,8 @@ def _fwd(x, weight, bias, residual, eps, is_rms, gemma, block_size):
             dummy if bias is None else bias.contiguous(), y, dummy if h is None else h,
             rstd if mean is None else mean, rstd, d, float(d), float(eps),
             IS_RMS=is_rms, GEMMA=gemma, HAS_RES=res2 is not None, HAS_W=weight is not None,
-            HAS_B=bias is not None, BLOCK=block, SINGLE=single, BF16_BY_BITS=_bf16_by_bits(x.dtype), num_warps=nw)
+            HAS_B=bias is not None, BLOCK=block, SINGLE=single, BF16_BY_BITS=_bf16_by_bits(x.dtype),
+            RES_FP32=res_fp32 and res2 is not None, num_warps=nw)
     lead = x.shape[:-1]
     return (y.view(x.shape), None if h is None else h.view(x.shape), rstd.view(lead),
             None if mean is None else mean.view(lead))
@@ -615,7 +639,7 @@ def _bwd(dy, h, weight, has_bias, bias_dtype, mean, rstd, is_rms, gemma, block_s
 
 
 # --8<-- [start:host]
-def rms_norm_fwd(x, weight=None, residual=None, eps=1e-6, convention="llama", block_size=None):
+def rms_norm_fwd(x, weight=None, residual=None, eps=1e-6, convention="llama", block_size=None, residual_contract="hf"):
     """Forward kernel only: returns ``(y, h, rstd)``; ``h`` (the rounded ``x + residual``) is None
     without a residual, ``rstd`` float32 of shape ``x.shape[:-1]``."""
     _check_x(x, "rms_norm_fwd")
@@ -624,9 +648,10 @@ def rms_norm_fwd(x, weight=None, residual=None, eps=1e-6, convention="llama", bl
     gemma = _check_convention(convention)
     if residual is not None:
         residual = _check_like(residual, x, "residual")
+    res_fp32 = _check_contract(residual_contract)
     _settings(x.shape[-1], block_size)
     _check_device(x)
-    y, h, rstd, _ = _fwd(x, weight, None, residual, eps, True, gemma, block_size)
+    y, h, rstd, _ = _fwd(x, weight, None, residual, eps, True, gemma, block_size, res_fp32)
     return y, h, rstd
 
 
@@ -678,12 +703,13 @@ def layer_norm_bwd(dy, x, weight, bias, mean, rstd, block_size=None, num_partial
 
 # --8<-- [start:autograd]
 class TritonRMSNormFunction(torch.autograd.Function):
-    """``apply(x, weight, eps, residual, convention, block_size)`` -> ``y``, or ``(y, h)`` with a residual."""
+    """``apply(x, weight, eps, residual, convention, block_size, res_fp32=False)`` -> ``y``, or ``(y, h)``
+    with a residual. The backward uses the rounded h with the forward's rstd."""
 
     @staticmethod
-    def forward(ctx, x, weight, eps, residual, convention, block_size):
+    def forward(ctx, x, weight, eps, residual, convention, block_size, res_fp32=False):
         gemma = convention == "gemma"
-        y, h, rstd, _ = _fwd(x, weight, None, residual, eps, True, gemma, block_size)
+        y, h, rstd, _ = _fwd(x, weight, None, residual, eps, True, gemma, block_size, res_fp32)
         ctx.save_for_backward(x if h is None else h, weight, rstd)  # backward needs the normalized h
         ctx.gemma, ctx.block_size, ctx.has_residual = gemma, block_size, residual is not None
         ctx.mark_non_differentiable(rstd)
@@ -699,7 +725,7 @@ class TritonRMSNormFunction(torch.autograd.Function):
             dh = dh + dh_out  # h is an output too: its own gradient joins the normalization's
         need = ctx.needs_input_grad
         return (dh if need[0] else None), (dw if need[1] else None), None, \
-            (dh if ctx.has_residual and need[3] else None), None, None
+            (dh if ctx.has_residual and need[3] else None), None, None, None
 # --8<-- [end:autograd]
 
 
@@ -723,7 +749,8 @@ class TritonLayerNormFunction(torch.autograd.Function):
 
 
 def triton_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
-                    residual: torch.Tensor | None = None, convention: str = "llama", *, block_size: int | None = None):
+                    residual: torch.Tensor | None = None, convention: str = "llama", *, block_size: int | None = None,
+                    residual_contract: str = "hf"):
     """RMSNorm over the last dimension in Triton, optionally fused with the residual add.
 
     Same arguments and numerics as :func:`reference_impl.ops.fused_rms_norm`.
@@ -739,6 +766,8 @@ def triton_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: fl
             (``round_x(h * rstd * (1 + weight))``).
         block_size: tile width (power of two, at least 16); rows longer than it are read in chunks.
             ``None`` picks the row length rounded up to a power of two, or ``CHUNK`` past ``MAX_SINGLE_BLOCK``.
+        residual_contract: ``"hf"`` (normalize the rounded ``h``) or ``"fp32"`` (normalize the float32 sum
+            of x and the residual; ``h`` is still returned rounded), as :func:`~reference_impl.ops.fused_rms_norm`.
 
     Returns:
         ``y`` of x's shape and dtype, or ``(y, h)`` with a residual; differentiable in ``x``, ``weight``
@@ -757,9 +786,10 @@ def triton_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: fl
     _check_convention(convention)
     if residual is not None:
         residual = _check_like(residual, x, "residual")
+    res_fp32 = _check_contract(residual_contract)
     _settings(x.shape[-1], block_size)
     _check_device(x)
-    return TritonRMSNormFunction.apply(x, weight, eps, residual, convention, block_size)
+    return TritonRMSNormFunction.apply(x, weight, eps, residual, convention, block_size, res_fp32)
 
 
 def triton_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,

@@ -30,14 +30,16 @@ ROWS_WARPS = 4
 def _norm_fwd_rows_kernel(X, RES, W, B, Y, H, MEAN, RSTD, n_rows, d, d_f, eps,
                           IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_RES: tl.constexpr, HAS_W: tl.constexpr,
                           HAS_B: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr,
-                          BF16_BY_BITS: tl.constexpr):
+                          BF16_BY_BITS: tl.constexpr, RES_FP32: tl.constexpr = False):
     """Program p normalizes rows [p * ROWS, (p + 1) * ROWS): a [ROWS, BLOCK] tile, reduced along axis 1."""
+    eps = tl.cast(eps, tl.float32)   # float32 scalars whoever launches (Inductor passes fp64 Python floats)
+    d_f = tl.cast(d_f, tl.float32)
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK)
     live = rows < n_rows
     mask = live[:, None] & (cols[None, :] < d)
     offs = rows[:, None] * d + cols[None, :]
-    h = _load_h(X, RES, H, offs, mask, HAS_RES, True, BF16_BY_BITS)
+    h = _load_h(X, RES, H, offs, mask, HAS_RES, True, BF16_BY_BITS, RES_FP32)
     if IS_RMS:
         mean = tl.zeros([ROWS], dtype=tl.float32)
         c = tl.zeros([ROWS], dtype=tl.float32)
@@ -92,7 +94,7 @@ def rows_settings(d: int) -> tuple[int, int]:
     return block, ROWS_TILE // block
 
 
-def fwd_rows(x2, res2, weight, bias, y, h, mean, rstd, eps, is_rms, gemma):
+def fwd_rows(x2, res2, weight, bias, y, h, mean, rstd, eps, is_rms, gemma, res_fp32=False):
     """Launch the block-row forward on the 2-D contiguous x2 (n rows of d); outputs as in ``triton_norm._fwd``."""
     n, d = x2.shape
     block, rows = rows_settings(d)
@@ -102,4 +104,4 @@ def fwd_rows(x2, res2, weight, bias, y, h, mean, rstd, eps, is_rms, gemma):
         dummy if bias is None else bias.contiguous(), y, dummy if h is None else h,
         rstd if mean is None else mean, rstd, n, d, float(d), float(eps),
         IS_RMS=is_rms, GEMMA=gemma, HAS_RES=res2 is not None, HAS_W=weight is not None, HAS_B=bias is not None,
-        BLOCK=block, ROWS=rows, BF16_BY_BITS=_bf16_by_bits(x2.dtype), num_warps=ROWS_WARPS)
+        BLOCK=block, ROWS=rows, BF16_BY_BITS=_bf16_by_bits(x2.dtype), RES_FP32=res_fp32, num_warps=ROWS_WARPS)

@@ -38,6 +38,7 @@ class Backend:
     device: str
     namespace: str  # "normlab" or "normlab_emu"
     shapes: tuple  # shapes small enough for this backend
+    fp32_residual: bool = False  # takes convention + 2, the "fp32" residual contract (cuda/ops.h)
 
     @property
     def ops(self):
@@ -241,7 +242,8 @@ class ContractTests:
             "eps NaN": (ValueError, lambda: ops.rms_norm_fwd(x, w, None, math.nan, 0)),
             "eps inf": (ValueError, lambda: ops.rms_norm_fwd(x, w, None, math.inf, 0)),
             "eps beyond float32": (ValueError, lambda: ops.rms_norm_fwd(x, w, None, 1e39, 0)),
-            "convention": (ValueError, lambda: ops.rms_norm_fwd(x, w, None, EPS, 2)),
+            "convention": (ValueError, lambda: ops.rms_norm_fwd(x, w, None, EPS, 4)),
+            "convention negative": (ValueError, lambda: ops.rms_norm_fwd(x, w, None, EPS, -1)),
             "bwd dy dtype": (TypeError, lambda: ops.rms_norm_bwd(dy.half(), x, w, rstd, 0)),
             "bwd dy shape": (ValueError, lambda: ops.rms_norm_bwd(dy[:2], x, w, rstd, 0)),
             "bwd rstd dtype": (TypeError, lambda: ops.rms_norm_bwd(dy, x, w, rstd.double(), 0)),
@@ -254,6 +256,39 @@ class ContractTests:
             "ln bwd mean shape": (ValueError, lambda: ops.layer_norm_bwd(dy, x, w, mean[:1], rs)),
             "ln bwd rstd dtype": (TypeError, lambda: ops.layer_norm_bwd(dy, x, w, mean, rs.half())),
         }
+
+    # --- the residual contract ------------------------------------------------------------------------------
+
+    @pytest.mark.guards("ops.residual_contract")
+    @pytest.mark.parametrize("convention", ["llama", "gemma"])
+    @pytest.mark.parametrize("dtype", DTYPES)
+    def test_fp32_residual_contract(self, dtype, convention):
+        """convention + 2: rstd and y from the float32 sum s = x + r, residual_out still round_x(s). A
+        backend without it refuses the code with a ValueError."""
+        be = self.backend
+        code = CONV[convention] + 2
+        for i, shape in enumerate(be.shapes):
+            x, w, _, _, r = _data(shape, dtype, 90 + i)
+            r = r * 4  # a residual stream larger than the update, so that rounding x + r matters
+            if not be.fp32_residual:
+                assert _err(lambda: be.ops.rms_norm_fwd(be.to(x), be.to(w), be.to(r), EPS, code), "fp32") is ValueError
+                return
+            y, h, rstd = be.ops.rms_norm_fwd(be.to(x), be.to(w), be.to(r), EPS, code)
+            s = x.float() + r.float()
+            assert torch.equal(h.cpu(), s.to(dtype)), "the residual output is the rounded sum either way"
+            es = oracle.rms_norm_forward(s.double().numpy(), None, EPS)
+            ers = 1.0 / (s.double().pow(2).mean(-1).add(EPS).sqrt())
+            assert ((rstd.cpu().double() - ers).abs() / ers).max() <= 4 * 2.0 ** -24 * (shape[-1] // 2 + 6)
+            gain = _np(effective_gain(w, convention))
+            bound = tol.convention_forward_bound(s, w, EPS, convention, x_dtype=dtype, w_dtype=dtype)
+            tol.assert_within(y.cpu(), es * gain, bound, f"{be.name} fp32 contract {shape}")
+            y_hf, h_hf, _ = be.ops.rms_norm_fwd(be.to(x), be.to(w), be.to(r), EPS, CONV[convention])
+            assert torch.equal(h_hf, h)
+            if dtype == torch.float32:  # round_x(s) = s: the two contracts are the same computation
+                assert torch.equal(y_hf, y)
+            # without a residual the contract changes nothing
+            y0 = be.ops.rms_norm_fwd(be.to(x), be.to(w), None, EPS, code)[0]
+            assert torch.equal(y0, be.ops.rms_norm_fwd(be.to(x), be.to(w), None, EPS, CONV[convention])[0])
 
     def test_bad_arguments_raise_type_or_value_errors(self):
         for what, (etype, fn) in self._bad_calls().items():
@@ -322,7 +357,9 @@ class PythonLayerContractTests:
             "eps beyond float32": (lambda: fused_rms_norm(x, w, 1e39),
                                    lambda: be.ops.rms_norm_fwd(x, w, None, 1e39, 0)),
             "convention": (lambda: fused_rms_norm(x, w, convention="t5"),
-                           lambda: be.ops.rms_norm_fwd(x, w, None, EPS, 2)),
+                           lambda: be.ops.rms_norm_fwd(x, w, None, EPS, 4)),
+            "residual contract": (lambda: fused_rms_norm(x, w, residual=r, residual_contract="fp16"),
+                                  lambda: be.ops.rms_norm_fwd(x, w, r, EPS, 4)),
             "ln bias dtype": (lambda: fused_layer_norm(x.half(), None, w.bfloat16()),
                               lambda: be.ops.layer_norm_fwd(x.half(), None, w.bfloat16(), LN_EPS)),
             "ln eps": (lambda: fused_layer_norm(x, w, None, -1e-5),

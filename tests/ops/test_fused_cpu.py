@@ -411,7 +411,7 @@ def test_bad_input_specific_to_the_fused_op():
     with pytest.raises(ValueError, match="contiguous"):
         torch.ops.normlab.rms_norm_fwd(x.t(), None, None, 1e-6, 0)
     with pytest.raises(ValueError, match="convention must be 0"):
-        torch.ops.normlab.rms_norm_fwd(x, None, None, 1e-6, 2)
+        torch.ops.normlab.rms_norm_fwd(x, None, None, 1e-6, 4)  # 2 and 3: the fp32 residual contract
     with pytest.raises(TypeError, match="weight has dtype"):
         torch.ops.normlab.rms_norm_fwd(x.half(), torch.ones(8, dtype=torch.bfloat16), None, 1e-6, 0)
     for eps in (10**400, -1e-6, float("nan"), float("inf"), 1e39):  # 1e39: beyond float32

@@ -624,6 +624,8 @@ def test_kernels_compile_for_hopper_without_spills():
         block, single, fwd_warps, bwd_warps = tn._settings(d, None)
         c = dict(base, BLOCK=block, SINGLE=single)
         cases.append((tn._norm_fwd_kernel, dtype, fwd_warps, dict(c, HAS_RES=True)))
+        if dtype == "bf16":  # the "fp32" residual contract: the float32 sum is normalized
+            cases.append((tn._norm_fwd_kernel, dtype, fwd_warps, dict(c, HAS_RES=True, RES_FP32=True)))
         cases.append((tn._norm_bwd_kernel, dtype, bwd_warps, c))
         if not single:
             cases.append((tn._norm_bwd_row_stats_kernel, dtype, fwd_warps,
