@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 
 #include "../op_checks.h"
+#include "simd.h"
 
 #include <algorithm>
 #include <cmath>
@@ -26,6 +27,13 @@ constexpr int64_t kStreamBytesDefault = int64_t(4) << 20;
 inline int64_t stream_bytes() {
   if (const char* env = std::getenv("NORMLAB_STREAM_BYTES")) return std::atoll(env);
   return kStreamBytesDefault;
+}
+// Short rows (d <= kShortRow, simd.h) take the multi-row kernels; NORMLAB_CPU_TILE=0 sends them through
+// the row-at-a-time kernels instead (read on every call, so the tests can compare the two bit for bit).
+inline bool use_tiles(int64_t d) {
+  if (d > kShortRow) return false;
+  const char* env = std::getenv("NORMLAB_CPU_TILE");
+  return !(env && !std::strcmp(env, "0"));
 }
 // Rows per parallel task aim at this many elements, so small inputs are not split across threads.
 constexpr int64_t kGrainElems = 16384;
