@@ -44,7 +44,7 @@ void ln_fwd_into(const at::Tensor& x, const c10::optional<at::Tensor>& weight, c
     using BT = decltype(bt);
     const Isa isa = pick_isa();
     const int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(d, 1));
-    const bool tiles = use_tiles(d);
+    const bool tiles = use_tiles(d, sizeof(T));
     at::parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
       with_isa(isa, [&](auto v) {
         if (tiles)

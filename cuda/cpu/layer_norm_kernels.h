@@ -136,22 +136,18 @@ void ln_fwd_tiles(const LnFwdArgs& a, int64_t r0, int64_t r1) {
   const float fd = static_cast<float>(d);
   int64_t i = r0;
   for (; i + R <= r1; i += R) {
-    const T* x[R];
-    T* y[R];
-    for (int r = 0; r < R; ++r) {
-      x[r] = static_cast<const T*>(a.x) + (i + r) * d;
-      y[r] = static_cast<T*>(a.y) + (i + r) * d;
-    }
+    const T* x = static_cast<const T*>(a.x) + i * d;  // row r of the tile at x + r * d
+    T* y = static_cast<T*>(a.y) + i * d;
     float mu[R], sc[R], sq[R], c[R], rs[R];
-    rows_sum<V, R>(d, [&](auto q, int r, int64_t j) { return decltype(q)::load(x[r] + j); }, mu);
+    rows_sum<V, R>(d, [&](auto q, int r, int64_t j) { return decltype(q)::load(x + r * d + j); }, mu);
     for (int r = 0; r < R; ++r) mu[r] /= fd;
     rows_sum<V, R>(d, [&](auto q, int r, int64_t j) {
       using Q = decltype(q);
-      return Q::sub(Q::load(x[r] + j), Q::set1(mu[r]));
+      return Q::sub(Q::load(x + r * d + j), Q::set1(mu[r]));
     }, sc);
     rows_sum<V, R>(d, [&](auto q, int r, int64_t j) {
       using Q = decltype(q);
-      auto t = Q::sub(Q::load(x[r] + j), Q::set1(mu[r]));
+      auto t = Q::sub(Q::load(x + r * d + j), Q::set1(mu[r]));
       return Q::mul(t, t);
     }, sq);
     bool odd = false;
@@ -178,7 +174,7 @@ void ln_fwd_tiles(const LnFwdArgs& a, int64_t r0, int64_t r1) {
         },
         [&](auto q, int r, int64_t j, auto g) {
           using Q = decltype(q);
-          auto v = Q::mul(Q::sub(Q::sub(Q::load(x[r] + j), Q::set1(mu[r])), Q::set1(c[r])), Q::set1(rs[r]));
+          auto v = Q::mul(Q::sub(Q::sub(Q::load(x + r * d + j), Q::set1(mu[r])), Q::set1(c[r])), Q::set1(rs[r]));
           if (w) v = Q::mul(v, g.w);
           if (b) v = Q::add(v, g.b);
           return v;

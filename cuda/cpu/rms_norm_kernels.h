@@ -142,16 +142,12 @@ void rms_fwd_tiles(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
   const float fd = static_cast<float>(d);
   int64_t i = r0;
   for (; i + R <= r1; i += R) {
-    const T* h[R];
-    T* y[R];
-    for (int r = 0; r < R; ++r) {
-      h[r] = static_cast<const T*>(a.x) + (i + r) * d;
-      y[r] = static_cast<T*>(a.y) + (i + r) * d;
-    }
+    const T* h = static_cast<const T*>(a.x) + i * d;  // row r of the tile at h + r * d
+    T* y = static_cast<T*>(a.y) + i * d;
     float ss[R], rs[R];
     rows_sum<V, R>(d, [&](auto q, int r, int64_t j) {
       using Q = decltype(q);
-      auto v = Q::load(h[r] + j);
+      auto v = Q::load(h + r * d + j);
       return Q::mul(v, v);
     }, ss);
     bool odd = false;
@@ -170,13 +166,13 @@ void rms_fwd_tiles(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
       rows_store<V, R>(y, d, a.stream, [&](auto q, int64_t) { return decltype(q)::set1(0.0f); },
                        [&](auto q, int r, int64_t j, auto) {
                          using Q = decltype(q);
-                         return Q::mul(Q::load(h[r] + j), Q::set1(rs[r]));
+                         return Q::mul(Q::load(h + r * d + j), Q::set1(rs[r]));
                        });
     } else if (a.convention == 0) {  // Llama: cast the normalized row to x's dtype, then scale
       rows_store<V, R>(y, d, a.stream, [&](auto q, int64_t j) { return decltype(q)::load(w + j); },
                        [&](auto q, int r, int64_t j, auto g) {
                          using Q = decltype(q);
-                         return Q::mul(Q::round(Q::mul(Q::load(h[r] + j), Q::set1(rs[r])), static_cast<T*>(nullptr)), g);
+                         return Q::mul(Q::round(Q::mul(Q::load(h + r * d + j), Q::set1(rs[r])), static_cast<T*>(nullptr)), g);
                        });
     } else {  // Gemma: the offset gain 1 + w, once per tile
       rows_store<V, R>(y, d, a.stream,
@@ -186,7 +182,7 @@ void rms_fwd_tiles(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
                        },
                        [&](auto q, int r, int64_t j, auto g) {
                          using Q = decltype(q);
-                         return Q::mul(Q::mul(Q::load(h[r] + j), Q::set1(rs[r])), g);
+                         return Q::mul(Q::mul(Q::load(h + r * d + j), Q::set1(rs[r])), g);
                        });
     }
   }

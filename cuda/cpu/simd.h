@@ -414,24 +414,23 @@ inline void rows_sum(int64_t d, F&& term, float* s) {
   }
 }
 
-// out[r][j] = value(q, r, j, gain(q, j)) for R rows of d elements: gain(q, j) (the weight, the bias: what
+// out[r * d + j] = value(q, r, j, gain(q, j)) for R consecutive rows of d elements: gain(q, j) (the weight, the bias: what
 // every row of the tile shares) is loaded once per column block and handed to each row's value. Streaming
 // follows row_store's rule per row; when the rows' outputs do not all sit at the same offset from a
 // 64-byte boundary (a row length that is not a multiple of 64 bytes), each row goes through row_store.
+// Rows are addressed from the first one (no arrays of pointers, which the compiler may keep in memory).
 // Element-wise values do not depend on the path, so every path gives the same bits.
 // (The per-row fallback's lambda returns vector registers: inlined into V::run like the kernels' own.)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
 template <class V, int R, class T, class G, class F>
-inline void rows_store(T* const* out, int64_t d, bool stream, G&& gain, F&& value) {
+inline void rows_store(T* out0, int64_t d, bool stream, G&& gain, F&& value) {
   constexpr int W = V::W;
-  const uintptr_t p0 = reinterpret_cast<uintptr_t>(out[0]);
-  bool same = true;
-#pragma GCC unroll 8
-  for (int r = 1; r < R; ++r) same = same && ((reinterpret_cast<uintptr_t>(out[r]) ^ p0) & 63) == 0;
+  const uintptr_t p0 = reinterpret_cast<uintptr_t>(out0);
+  const bool same = (d * int64_t(sizeof(T))) % 64 == 0;  // every row at row 0's offset from a line
   if (stream && W > 1 && !same) {
     for (int r = 0; r < R; ++r)
-      row_store<V>(out[r], d, true, [&](auto q, int64_t j) { return value(q, r, j, gain(q, j)); });
+      row_store<V>((out0 + r * d), d, true, [&](auto q, int64_t j) { return value(q, r, j, gain(q, j)); });
     return;
   }
   int64_t j = 0;
@@ -440,33 +439,33 @@ inline void rows_store(T* const* out, int64_t d, bool stream, G&& gain, F&& valu
     const int64_t head = off ? std::min<int64_t>(d, 64 / int64_t(sizeof(T)) - off) : 0;
     for (; j < head; ++j) {
       const auto g = gain(S{}, j);
-      for (int r = 0; r < R; ++r) S::store(out[r] + j, value(S{}, r, j, g));
+      for (int r = 0; r < R; ++r) S::store((out0 + r * d) + j, value(S{}, r, j, g));
     }
     for (; j + 2 * W <= d; j += 2 * W) {
       const auto g0 = gain(V{}, j), g1 = gain(V{}, j + W);
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) V::stream2(out[r] + j, value(V{}, r, j, g0), value(V{}, r, j + W, g1));
+      for (int r = 0; r < R; ++r) V::stream2((out0 + r * d) + j, value(V{}, r, j, g0), value(V{}, r, j + W, g1));
     }
     for (; j + W <= d; j += W) {
       const auto g = gain(V{}, j);
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) V::stream(out[r] + j, value(V{}, r, j, g));
+      for (int r = 0; r < R; ++r) V::stream((out0 + r * d) + j, value(V{}, r, j, g));
     }
   } else {
     for (; j + 2 * W <= d; j += 2 * W) {
       const auto g0 = gain(V{}, j), g1 = gain(V{}, j + W);
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) V::store2(out[r] + j, value(V{}, r, j, g0), value(V{}, r, j + W, g1));
+      for (int r = 0; r < R; ++r) V::store2((out0 + r * d) + j, value(V{}, r, j, g0), value(V{}, r, j + W, g1));
     }
     for (; j + W <= d; j += W) {
       const auto g = gain(V{}, j);
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) V::store(out[r] + j, value(V{}, r, j, g));
+      for (int r = 0; r < R; ++r) V::store((out0 + r * d) + j, value(V{}, r, j, g));
     }
   }
   for (; j < d; ++j) {
     const auto g = gain(S{}, j);
-    for (int r = 0; r < R; ++r) S::store(out[r] + j, value(S{}, r, j, g));
+    for (int r = 0; r < R; ++r) S::store((out0 + r * d) + j, value(S{}, r, j, g));
   }
 }
 #pragma GCC diagnostic pop
