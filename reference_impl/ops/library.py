@@ -33,7 +33,8 @@ from .._checks import check_eps, check_input, check_param
 from . import autograd as _autograd
 from .build import NativeBuildError, load_cpu_library, load_cuda_library
 
-__all__ = ["fused_rms_norm", "fused_layer_norm", "fused_qk_norm", "load", "load_cuda", "CONVENTIONS", "SUPPORTED_DTYPES"]
+__all__ = ["fused_rms_norm", "fused_layer_norm", "fused_qk_norm", "load", "load_cuda", "CONVENTIONS",
+           "SUPPORTED_DTYPES"]
 
 CONVENTIONS = {"llama": 0, "gemma": 1}
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
