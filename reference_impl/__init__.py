@@ -11,8 +11,8 @@ Core math (data flows one way: oracle and symbolic -> reference -> conventions -
 - :mod:`reference_impl.norms`: the catalog, one module per norm (DyT, Derf, the L2 norms and every norm
   above), which the generic tests, the registry and the catalog page iterate over.
 
-Native ops live in :mod:`reference_impl.ops` (``fused_rms_norm`` and ``fused_layer_norm`` are re-exported
-here, imported on first use); measuring commands in :mod:`reference_impl.studies`.
+Native ops live in :mod:`reference_impl.ops` (``fused_rms_norm``, ``fused_layer_norm`` and ``fused_qk_norm`` are
+re-exported here, imported on first use); measuring commands in :mod:`reference_impl.studies`.
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ from . import conventions as _conventions
 from . import reference as _reference
 from .reference import layer_norm, layer_norm_backward, rms_norm_backward
 
-__all__ = ["rms_norm", "layer_norm", "rms_norm_backward", "layer_norm_backward", "fused_rms_norm", "fused_layer_norm"]
+__all__ = ["rms_norm", "layer_norm", "rms_norm_backward", "layer_norm_backward", "fused_rms_norm", "fused_layer_norm",
+           "fused_qk_norm"]
 
 
 def rms_norm(x, weight=None, eps: float = 1e-6, convention: str | None = None, eps_placement: str = "inside"):
@@ -39,7 +40,7 @@ def rms_norm(x, weight=None, eps: float = 1e-6, convention: str | None = None, e
 
 def __getattr__(name):
     # the native ops import their library on first use, so `import reference_impl` needs no compiler
-    if name in ("fused_rms_norm", "fused_layer_norm"):
+    if name in ("fused_rms_norm", "fused_layer_norm", "fused_qk_norm"):
         from . import ops
 
         return getattr(ops, name)

@@ -7,6 +7,7 @@
 #include <ATen/Parallel.h>
 
 #include "../op_checks.h"
+#include "simd.h"
 
 #include <algorithm>
 #include <cmath>
@@ -26,6 +27,15 @@ constexpr int64_t kStreamBytesDefault = int64_t(4) << 20;
 inline int64_t stream_bytes() {
   if (const char* env = std::getenv("NORMLAB_STREAM_BYTES")) return std::atoll(env);
   return kStreamBytesDefault;
+}
+// Short rows take the multi-row kernels when a row is at most kTileRowBytes long (and d <= kShortRow,
+// simd.h). NORMLAB_CPU_TILE (read on every call) overrides it: 0 sends every row through the row-at-a-time
+// kernels (the tests compare the two bit for bit), a positive number of bytes sets the longest tiled row.
+constexpr int64_t kTileRowBytes = 256;
+inline bool use_tiles(int64_t d, int64_t elem_size) {
+  int64_t limit = kTileRowBytes;
+  if (const char* env = std::getenv("NORMLAB_CPU_TILE")) limit = std::atoll(env);
+  return d <= kShortRow && d * elem_size <= limit;
 }
 // Rows per parallel task aim at this many elements, so small inputs are not split across threads.
 constexpr int64_t kGrainElems = 16384;

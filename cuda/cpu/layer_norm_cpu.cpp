@@ -44,8 +44,14 @@ void ln_fwd_into(const at::Tensor& x, const c10::optional<at::Tensor>& weight, c
     using BT = decltype(bt);
     const Isa isa = pick_isa();
     const int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(d, 1));
+    const bool tiles = use_tiles(d, sizeof(T));
     at::parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
-      with_isa(isa, [&](auto v) { ln_fwd_rows<decltype(v), T, WT, BT>(a, r0, r1); });
+      with_isa(isa, [&](auto v) {
+        if (tiles)
+          ln_fwd_tiles<decltype(v), T, WT, BT>(a, r0, r1);
+        else
+          ln_fwd_rows<decltype(v), T, WT, BT>(a, r0, r1);
+      });
     });
   });
 }

@@ -122,6 +122,72 @@ void ln_fwd_rows(const LnFwdArgs& a, int64_t r0, int64_t r1) {
 }
 // --8<-- [end:ln_fwd]
 
+// --8<-- [start:ln_fwd_tiles]
+// The same forward for short rows, a tile of R rows at a time (as rms_fwd_tiles): the bits of ln_fwd_rows
+// (row_sum2's two sums are row_sum's, so two rows_sum sweeps give them), the weight and bias loaded once
+// per column block. A tile with a row that needs the wide pass, and the rows after the last whole tile,
+// go to ln_fwd_rows.
+template <class V, class T, class WT, class BT>
+void ln_fwd_tiles(const LnFwdArgs& a, int64_t r0, int64_t r1) {
+  constexpr int R = tile_rows<V>();
+  const int64_t d = a.d;
+  const WT* w = static_cast<const WT*>(a.w);
+  const BT* b = static_cast<const BT*>(a.b);
+  const float fd = static_cast<float>(d);
+  int64_t i = r0;
+  for (; i + R <= r1; i += R) {
+    const T* x = static_cast<const T*>(a.x) + i * d;  // row r of the tile at x + r * d
+    T* y = static_cast<T*>(a.y) + i * d;
+    float mu[R], sc[R], sq[R], c[R], rs[R];
+    rows_sum<V, R>(d, [&](auto q, int r, int64_t j) { return decltype(q)::load(x + r * d + j); }, mu);
+    for (int r = 0; r < R; ++r) mu[r] /= fd;
+    rows_sum<V, R>(d, [&](auto q, int r, int64_t j) {
+      using Q = decltype(q);
+      return Q::sub(Q::load(x + r * d + j), Q::set1(mu[r]));
+    }, sc);
+    rows_sum<V, R>(d, [&](auto q, int r, int64_t j) {
+      using Q = decltype(q);
+      auto t = Q::sub(Q::load(x + r * d + j), Q::set1(mu[r]));
+      return Q::mul(t, t);
+    }, sq);
+    bool odd = false;
+    for (int r = 0; r < R; ++r) odd = odd || sum_out_of_range(sq[r]) || !std::isfinite(mu[r]);
+    if (__builtin_expect(odd, 0)) {
+      LnFwdArgs one = a;
+      one.stream = false;  // the tile's own fence comes at the end
+      ln_fwd_rows<V, T, WT, BT>(one, i, i + R);
+      continue;
+    }
+    for (int r = 0; r < R; ++r) {
+      c[r] = sc[r] / fd;
+      const float var = std::max(sq[r] / fd - c[r] * c[r], 0.0f);
+      rs[r] = 1.0f / std::sqrt(var + a.eps);
+      a.mean[i + r] = mu[r] + c[r];
+      a.rstd[i + r] = rs[r];
+    }
+    rows_store<V, R>(
+        y, d, a.stream,
+        [&](auto q, int64_t j) {
+          using Q = decltype(q);
+          struct { typename Q::R w, b; } g{w ? Q::load(w + j) : Q::set1(0.0f), b ? Q::load(b + j) : Q::set1(0.0f)};
+          return g;
+        },
+        [&](auto q, int r, int64_t j, auto g) {
+          using Q = decltype(q);
+          auto v = Q::mul(Q::sub(Q::sub(Q::load(x + r * d + j), Q::set1(mu[r])), Q::set1(c[r])), Q::set1(rs[r]));
+          if (w) v = Q::mul(v, g.w);
+          if (b) v = Q::add(v, g.b);
+          return v;
+        });
+  }
+  if (i < r1) {
+    ln_fwd_rows<V, T, WT, BT>(a, i, r1);  // fences itself when streaming
+  } else if (a.stream) {
+    V::fence();
+  }
+}
+// --8<-- [end:ln_fwd_tiles]
+
 // --8<-- [start:ln_bwd]
 template <class V, class T, class WT>
 void ln_bwd_rows(const LnBwdArgs& a, int64_t r0, int64_t r1, float* part) {

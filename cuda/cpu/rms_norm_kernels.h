@@ -136,6 +136,72 @@ void rms_fwd_rows(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
 }
 // --8<-- [end:rms_fwd]
 
+// --8<-- [start:rms_fwd_tiles]
+// The same forward for short rows (no residual), a tile of R rows at a time: the R sums of squares run
+// together, then the R values of rstd, then the R output rows with the gain loaded once per column block.
+// Every row goes through exactly rms_fwd_rows's operations in the same order, so the bits are the same; a
+// tile with a row whose sum left the normal range, and the rows left over after the last whole tile, are
+// handed to rms_fwd_rows itself.
+template <class V, class T, class WT>
+void rms_fwd_tiles(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
+  constexpr int R = tile_rows<V>();
+  const int64_t d = a.d;
+  const WT* w = static_cast<const WT*>(a.w);
+  const float fd = static_cast<float>(d);
+  int64_t i = r0;
+  for (; i + R <= r1; i += R) {
+    const T* h = static_cast<const T*>(a.x) + i * d;  // row r of the tile at h + r * d
+    T* y = static_cast<T*>(a.y) + i * d;
+    float ss[R], rs[R];
+    rows_sum<V, R>(d, [&](auto q, int r, int64_t j) {
+      using Q = decltype(q);
+      auto v = Q::load(h + r * d + j);
+      return Q::mul(v, v);
+    }, ss);
+    bool odd = false;
+    for (int r = 0; r < R; ++r) odd = odd || sum_out_of_range(ss[r]);
+    if (__builtin_expect(odd, 0)) {
+      RmsFwdArgs one = a;
+      one.stream = false;  // the tile's own fence comes at the end
+      rms_fwd_rows<V, T, WT>(one, i, i + R);
+      continue;
+    }
+    for (int r = 0; r < R; ++r) {
+      rs[r] = 1.0f / std::sqrt(ss[r] / fd + a.eps);
+      a.rstd[i + r] = rs[r];
+    }
+    if (!w) {
+      rows_store<V, R>(y, d, a.stream, [&](auto q, int64_t) { return decltype(q)::set1(0.0f); },
+                       [&](auto q, int r, int64_t j, auto) {
+                         using Q = decltype(q);
+                         return Q::mul(Q::load(h + r * d + j), Q::set1(rs[r]));
+                       });
+    } else if (a.convention == 0) {  // Llama: cast the normalized row to x's dtype, then scale
+      rows_store<V, R>(y, d, a.stream, [&](auto q, int64_t j) { return decltype(q)::load(w + j); },
+                       [&](auto q, int r, int64_t j, auto g) {
+                         using Q = decltype(q);
+                         return Q::mul(Q::round(Q::mul(Q::load(h + r * d + j), Q::set1(rs[r])), static_cast<T*>(nullptr)), g);
+                       });
+    } else {  // Gemma: the offset gain 1 + w, once per tile
+      rows_store<V, R>(y, d, a.stream,
+                       [&](auto q, int64_t j) {
+                         using Q = decltype(q);
+                         return Q::add(Q::set1(1.0f), Q::load(w + j));
+                       },
+                       [&](auto q, int r, int64_t j, auto g) {
+                         using Q = decltype(q);
+                         return Q::mul(Q::mul(Q::load(h + r * d + j), Q::set1(rs[r])), g);
+                       });
+    }
+  }
+  if (i < r1) {
+    rms_fwd_rows<V, T, WT>(a, i, r1);  // fences itself when streaming
+  } else if (a.stream) {
+    V::fence();
+  }
+}
+// --8<-- [end:rms_fwd_tiles]
+
 // --8<-- [start:rms_bwd]
 // Rows [r0, r1) form one block; `part` (length d, zeroed) receives the block's dweight partial sum.
 template <class V, class T, class WT>

@@ -102,7 +102,30 @@ struct Vec512 {
   static inline R round(R v, c10::Half*) {
     return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
-  // A pair of vectors at p and p + W (the AVX512-BF16 build overrides it for bf16 with one conversion).
+  // Two vectors -> 32 bf16 (a in the low half): the integer rounding of both, one NaN check for the pair
+  // (the blend only when a lane is NaN), then one pack and one permutation for all 64 bytes instead of
+  // two narrowing moves. The same bits as bf16_pack of each.
+  static inline __m512i bf16_pack2(R a, R b) {
+    const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7FFF);
+    const __m512i ua = _mm512_castps_si512(a), ub = _mm512_castps_si512(b);
+    __m512i ra = _mm512_srli_epi32(_mm512_add_epi32(ua, _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(ua, 16), one), half)), 16);
+    __m512i rb = _mm512_srli_epi32(_mm512_add_epi32(ub, _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(ub, 16), one), half)), 16);
+    const __mmask16 na = _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), nb = _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q);
+    if (__builtin_expect(!_kortestz_mask16_u8(na, nb), 0)) {
+      ra = _mm512_mask_blend_epi32(na, ra, _mm512_set1_epi32(0x7FC0));
+      rb = _mm512_mask_blend_epi32(nb, rb, _mm512_set1_epi32(0x7FC0));
+    }
+    // every lane is below 2^16, so the unsigned saturation never acts; the pack interleaves 128-bit lanes
+    const __m512i packed = _mm512_packus_epi32(ra, rb);
+    return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), packed);
+  }
+  static inline void store2(c10::BFloat16* p, R a, R b) {
+    _mm512_storeu_si512(reinterpret_cast<__m512i*>(p), bf16_pack2(a, b));
+  }
+  static inline void stream2(c10::BFloat16* p, R a, R b) {
+    _mm512_stream_si512(reinterpret_cast<__m512i*>(p), bf16_pack2(a, b));
+  }
+  // A pair of vectors at p and p + W for the other types.
   template <class T> static inline void store2(T* p, R a, R b) { store(p, a); store(p + W, b); }
   template <class T> static inline void stream2(T* p, R a, R b) { stream(p, a); stream(p + W, b); }
   static inline void fence() { _mm_sfence(); }
@@ -221,7 +244,28 @@ struct Vec256 {
   static inline R round(R v, c10::Half*) {
     return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
-  // A pair of vectors at p and p + W (the AVX512-BF16 build overrides it for bf16 with one conversion).
+  // Two vectors -> 16 bf16 (a first): both rounded, one NaN test for the pair, one pack and one
+  // permutation. The same bits as two single stores.
+  static inline __m256i bf16_pack2(R a, R b) {
+    const __m256i one = _mm256_set1_epi32(1), half = _mm256_set1_epi32(0x7FFF);
+    const __m256i ua = _mm256_castps_si256(a), ub = _mm256_castps_si256(b);
+    __m256i ra = _mm256_srli_epi32(_mm256_add_epi32(ua, _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(ua, 16), one), half)), 16);
+    __m256i rb = _mm256_srli_epi32(_mm256_add_epi32(ub, _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(ub, 16), one), half)), 16);
+    const __m256 na = _mm256_cmp_ps(a, a, _CMP_UNORD_Q), nb = _mm256_cmp_ps(b, b, _CMP_UNORD_Q);
+    const __m256 any = _mm256_or_ps(na, nb);
+    if (__builtin_expect(!_mm256_testz_ps(any, any), 0)) {
+      ra = _mm256_blendv_epi8(ra, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(na));
+      rb = _mm256_blendv_epi8(rb, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(nb));
+    }
+    return _mm256_permute4x64_epi64(_mm256_packus_epi32(ra, rb), 0xD8);  // [a lo, b lo, a hi, b hi] -> a, b
+  }
+  static inline void store2(c10::BFloat16* p, R a, R b) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bf16_pack2(a, b));
+  }
+  static inline void stream2(c10::BFloat16* p, R a, R b) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), bf16_pack2(a, b));
+  }
+  // A pair of vectors at p and p + W for the other types.
   template <class T> static inline void store2(T* p, R a, R b) { store(p, a); store(p + W, b); }
   template <class T> static inline void stream2(T* p, R a, R b) { stream(p, a); stream(p + W, b); }
   static inline void fence() { _mm_sfence(); }
@@ -330,5 +374,101 @@ inline void row_store(T* out, int64_t d, bool stream, F&& value) {
   for (; j < d; ++j) S::store(out + j, value(S{}, j));
 }
 // --8<-- [end:row_helpers]
+
+// --8<-- [start:tile_helpers]
+// Short rows (d up to kShortRow) go through the kernels a tile of rows at a time: the per-row fixed costs
+// (the reduction of the accumulators, the square root, the branches, the loop set-up) overlap between the
+// rows of a tile, the loads of several rows are in flight together, and the gain is loaded once per tile.
+// Rows per tile: enough independent accumulators to fill the register file (32 registers for AVX-512,
+// 16 for AVX2), never so many that they spill.
+constexpr int64_t kShortRow = 512;
+template <class V> constexpr int tile_rows() { return V::W >= 16 ? 4 : 2; }
+
+// The sums over R rows at once: s[r] is the sum of term(q, r, j) over row r, with every row's additions
+// in row_sum's order (the same bits as R calls of row_sum, whatever R is).
+template <class V, int R, class F>
+inline void rows_sum(int64_t d, F&& term, float* s) {
+  constexpr int W = V::W;
+  typename V::R a[R][4];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = a[r][2] = a[r][3] = V::zero();
+  int64_t j = 0;
+  for (; j + 4 * W <= d; j += 4 * W) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      a[r][0] = V::add(a[r][0], term(V{}, r, j));
+      a[r][1] = V::add(a[r][1], term(V{}, r, j + W));
+      a[r][2] = V::add(a[r][2], term(V{}, r, j + 2 * W));
+      a[r][3] = V::add(a[r][3], term(V{}, r, j + 3 * W));
+    }
+  }
+  for (; j + W <= d; j += W) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) a[r][0] = V::add(a[r][0], term(V{}, r, j));
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) s[r] = V::hsum(V::add(V::add(a[r][0], a[r][1]), V::add(a[r][2], a[r][3])));
+  for (; j < d; ++j) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) s[r] += term(S{}, r, j);
+  }
+}
+
+// out[r * d + j] = value(q, r, j, gain(q, j)) for R consecutive rows of d elements: gain(q, j) (the weight, the bias: what
+// every row of the tile shares) is loaded once per column block and handed to each row's value. Streaming
+// follows row_store's rule per row; when the rows' outputs do not all sit at the same offset from a
+// 64-byte boundary (a row length that is not a multiple of 64 bytes), each row goes through row_store.
+// Rows are addressed from the first one (no arrays of pointers, which the compiler may keep in memory).
+// Element-wise values do not depend on the path, so every path gives the same bits.
+// (The per-row fallback's lambda returns vector registers: inlined into V::run like the kernels' own.)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+template <class V, int R, class T, class G, class F>
+inline void rows_store(T* out0, int64_t d, bool stream, G&& gain, F&& value) {
+  constexpr int W = V::W;
+  const uintptr_t p0 = reinterpret_cast<uintptr_t>(out0);
+  const bool same = (d * int64_t(sizeof(T))) % 64 == 0;  // every row at row 0's offset from a line
+  if (stream && W > 1 && !same) {
+    for (int r = 0; r < R; ++r)
+      row_store<V>((out0 + r * d), d, true, [&](auto q, int64_t j) { return value(q, r, j, gain(q, j)); });
+    return;
+  }
+  int64_t j = 0;
+  if (stream && W > 1 && p0 % sizeof(T) == 0) {
+    const int64_t off = static_cast<int64_t>(p0 & 63) / int64_t(sizeof(T));
+    const int64_t head = off ? std::min<int64_t>(d, 64 / int64_t(sizeof(T)) - off) : 0;
+    for (; j < head; ++j) {
+      const auto g = gain(S{}, j);
+      for (int r = 0; r < R; ++r) S::store((out0 + r * d) + j, value(S{}, r, j, g));
+    }
+    for (; j + 2 * W <= d; j += 2 * W) {
+      const auto g0 = gain(V{}, j), g1 = gain(V{}, j + W);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) V::stream2((out0 + r * d) + j, value(V{}, r, j, g0), value(V{}, r, j + W, g1));
+    }
+    for (; j + W <= d; j += W) {
+      const auto g = gain(V{}, j);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) V::stream((out0 + r * d) + j, value(V{}, r, j, g));
+    }
+  } else {
+    for (; j + 2 * W <= d; j += 2 * W) {
+      const auto g0 = gain(V{}, j), g1 = gain(V{}, j + W);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) V::store2((out0 + r * d) + j, value(V{}, r, j, g0), value(V{}, r, j + W, g1));
+    }
+    for (; j + W <= d; j += W) {
+      const auto g = gain(V{}, j);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) V::store((out0 + r * d) + j, value(V{}, r, j, g));
+    }
+  }
+  for (; j < d; ++j) {
+    const auto g = gain(S{}, j);
+    for (int r = 0; r < R; ++r) S::store((out0 + r * d) + j, value(S{}, r, j, g));
+  }
+}
+#pragma GCC diagnostic pop
+// --8<-- [end:tile_helpers]
 
 }  // namespace normlab_cpu

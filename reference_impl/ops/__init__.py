@@ -2,11 +2,11 @@
 
 - :mod:`reference_impl.ops.build`: build settings (source lists, flags, ``CUDA_HOME``) and the loader.
 - :mod:`reference_impl.ops.library`: loads ``normlab``, registers its fake and autograd implementations,
-  and defines the entry points :func:`fused_rms_norm` and :func:`fused_layer_norm`.
+  and defines the entry points :func:`fused_rms_norm`, :func:`fused_layer_norm` and :func:`fused_qk_norm`.
 - :mod:`reference_impl.ops.cuda`: the CUDA kernel versions, one by one, for teaching and benchmarks.
 - :mod:`reference_impl.ops.rsqrt`: reciprocal-square-root methods on CPU and GPU.
 """
 from .build import NativeBuildError
-from .library import fused_layer_norm, fused_rms_norm
+from .library import fused_layer_norm, fused_qk_norm, fused_rms_norm
 
-__all__ = ["fused_rms_norm", "fused_layer_norm", "NativeBuildError"]
+__all__ = ["fused_rms_norm", "fused_layer_norm", "fused_qk_norm", "NativeBuildError"]

@@ -33,7 +33,8 @@ from .._checks import check_eps, check_input, check_param
 from . import autograd as _autograd
 from .build import NativeBuildError, load_cpu_library, load_cuda_library
 
-__all__ = ["fused_rms_norm", "fused_layer_norm", "load", "load_cuda", "CONVENTIONS", "SUPPORTED_DTYPES"]
+__all__ = ["fused_rms_norm", "fused_layer_norm", "fused_qk_norm", "load", "load_cuda", "CONVENTIONS",
+           "SUPPORTED_DTYPES"]
 
 CONVENTIONS = {"llama": 0, "gemma": 1}
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -335,3 +336,34 @@ def fused_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: 
     _check_out(out, "out", x, {"x": x, "weight": weight, "bias": bias})
     torch.ops.normlab.layer_norm_fwd_out(*args, y=out)
     return out
+
+
+# --8<-- [start:qk_norm]
+def fused_qk_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, convention: str = "llama"):
+    """Fused QK-norm: RMSNorm of every attention head, over ``head_dim``, with one gain shared by the heads.
+
+    ``x`` has shape ``(..., heads, head_dim)`` (queries or keys after the projection, split into heads);
+    ``weight`` has shape ``(head_dim,)``. Each head's row is normalized on its own, in the order of the
+    convention: ``"llama"`` (Qwen3's ``q_norm``/``k_norm``: ``round_x(round_x(x * rstd) * weight)``) or
+    ``"gemma"`` (Gemma 3's: ``round_x(x * rstd * (1 + weight))``). The rows are short (``head_dim`` of 64 to
+    256), so on the CPU they take the kernels' multi-row path; the op is ``normlab::rms_norm_fwd`` on the
+    heads' rows, with its fake implementation and autograd formulas (first and higher order).
+
+    Returns a tensor of x's shape and dtype. Errors as :func:`fused_rms_norm`, and a ValueError for an ``x``
+    with fewer than two dimensions or a ``weight`` that is missing or not of shape ``(head_dim,)``.
+    """
+    _check_fused_input(x, "fused_qk_norm")
+    if x.dim() < 2:
+        raise ValueError(f"fused_qk_norm expects x of shape (..., heads, head_dim); x has shape {tuple(x.shape)}")
+    if weight is None:
+        raise ValueError("fused_qk_norm needs a weight of shape (head_dim,); got None")
+    _check_transforms("fused_qk_norm", x, weight)
+    _check_fused_param(weight, x, "weight")
+    eps = check_eps(eps, max_value=_FLOAT32_MAX)
+    if not isinstance(convention, str):
+        raise TypeError(f"convention must be a string, got {type(convention).__name__}")
+    if convention not in CONVENTIONS:
+        raise ValueError(f"unknown convention {convention!r}; expected one of {sorted(CONVENTIONS)}")
+    _ensure_device(x)
+    return torch.ops.normlab.rms_norm_fwd(x.contiguous(), weight.contiguous(), None, eps, CONVENTIONS[convention])[0]
+# --8<-- [end:qk_norm]

@@ -218,7 +218,7 @@ isas = ["scalar", "avx2", "avx512", "avx512bf16"]
 for name, ops in backends:
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         for d in (1, 7, 15, 17, 33, 63, 65, 129, 1001):
-            rows = 3
+            rows = 5  # a whole tile of the short-row kernels (4 or 2 rows) and rows after it
             g = torch.Generator().manual_seed(d)
             src = [torch.randn(rows, d, generator=g).to(dtype) for _ in range(3)]
             wsrc = (torch.rand(d, generator=g) + 0.5).to(dtype)
@@ -233,6 +233,9 @@ for name, ops in backends:
                         else:
                             os.environ["NORMLAB_STREAM_BYTES"] = stream
                         y, h, rstd = ops.rms_norm_fwd(x, w, r, 1e-6, 0)
+                        ops.rms_norm_fwd(x, w, None, 1e-6, 1)  # no residual: the multi-row path
+                        ops.rms_norm_fwd_out(x, w, None, 1e-6, 0, y=guarded(rows * d, dtype, "before").view(rows, d),
+                                             residual_out=None)
                         yo, ho = guarded(rows * d, dtype, "before").view(rows, d), guarded(rows * d, dtype, "before").view(rows, d)
                         ops.rms_norm_fwd_out(x, w, r, 1e-6, 1, y=yo, residual_out=ho)
                         ops.rms_norm_bwd(dy, x, w, rstd, 1)
