@@ -426,20 +426,9 @@ def run_timing(st: Settings, data) -> dict:
 
 
 def _style(ax, xlabel, ylabel):
-    grey = "#888888"
-    ax.set_xlabel(xlabel, color=grey)
-    ax.set_ylabel(ylabel, color=grey)
-    ax.tick_params(colors=grey)
-    for s in ax.spines.values():
-        s.set_color(grey)
-    ax.grid(True, alpha=0.25, color=grey)
-    ax.set_facecolor("none")
-
-
-def _legend(ax):
-    leg = ax.legend(fontsize=8, frameon=False)
-    for text in leg.get_texts():
-        text.set_color("#888888")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.5)
 
 
 def _band(ax, x, b, color, label):
@@ -450,74 +439,76 @@ def _band(ax, x, b, color, label):
 
 
 def plots(data: dict, out_dir: Path) -> list[str]:
-    """Validation curves (mean line, band = min to max over seeds), warm-up, step time, deep stack.
-    Transparent background and grey text: readable on the light and the dark theme."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    matplotlib.rcParams["svg.fonttype"] = "none"
-    matplotlib.rcParams["svg.hashsalt"] = "training"
-    import matplotlib.pyplot as plt
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-
-    def save(fig, name):
-        fig.tight_layout()
-        fig.savefig(out_dir / name, transparent=True, metadata={"Date": None})
-        plt.close(fig)
-        written.append(name)
+    """Validation curves (mean line, band = min to max over seeds), warm-up, step time, deep stack; light and
+    dark, drawn narrow with large text so that they read on a phone (reference_impl/studies/plotstyle.py)."""
+    from reference_impl.studies import plotstyle
 
     main = data["main"]
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for key, v in main.items():
-        b = v["val_band"]
-        _band(a1, b["steps"], b, COLORS[key], v["label"])
-        t = np.mean([r["time_s"][:len(b["steps"])] for r in v["runs"]], axis=0)   # mean time of each eval
-        _band(a2, list(t), b, COLORS[key], v["label"])
-    _style(a1, "training step", "validation loss (nats/byte)")
-    _style(a2, "training time (s), mean over seeds", "validation loss (nats/byte)")
-    _legend(a1)
-    save(fig, "training_curves.svg")
+
+    def curves(theme):
+        fig, axs = plotstyle.figure(7.6, nrows=2)
+        a1, a2 = axs[0][0], axs[1][0]
+        for key, v in main.items():
+            b = v["val_band"]
+            _band(a1, b["steps"], b, COLORS[key], v["label"])
+            t = np.mean([r["time_s"][:len(b["steps"])] for r in v["runs"]], axis=0)   # mean time of each eval
+            _band(a2, list(t), b, COLORS[key], None)
+        _style(a1, "training step", "val. loss (nats/byte)")
+        _style(a2, "training time (s)", "val. loss (nats/byte)")
+        fig.legend(loc="outside lower center", ncols=1)
+        return fig
 
     wu = data["warmup"]
-    fig, axes = plt.subplots(1, len(wu), figsize=(5 * len(wu), 3.6), squeeze=False)
-    for ax, (name, v) in zip(axes[0], wu.items()):
-        for key, color in (("pre-ln", COLORS["pre-ln"]), ("post-ln", COLORS["post-ln"])):
-            for suffix, ls in (("warmup", "-"), ("no_warmup", "--")):
-                b = v[f"{key}-{suffix}"]["val_band"]
-                _band(ax, b["steps"], b, color, f"{LABELS[key]}, {'warm-up' if suffix == 'warmup' else 'no warm-up'}")
-                ax.lines[-1].set_linestyle(ls)
-        ax.set_title(f"peak learning rate {v['lr']:g}", color="#888888", fontsize=10)
-        _style(ax, "training step", "validation loss (nats/byte)")
-        _legend(ax)
-    save(fig, "training_warmup.svg")
+
+    def warmup(theme):
+        fig, axes = plotstyle.figure(3.2 * len(wu) + 1.2, nrows=len(wu))
+        for k, (ax, (name, v)) in enumerate(zip((row[0] for row in axes), wu.items())):
+            for key, color in (("pre-ln", COLORS["pre-ln"]), ("post-ln", COLORS["post-ln"])):
+                for suffix, ls in (("warmup", "-"), ("no_warmup", "--")):
+                    b = v[f"{key}-{suffix}"]["val_band"]
+                    label = f"{LABELS[key]}, {'warm-up' if suffix == 'warmup' else 'no warm-up'}" if k == 0 else None
+                    _band(ax, b["steps"], b, color, label)
+                    ax.lines[-1].set_linestyle(ls)
+            ax.set_title(f"peak learning rate {v['lr']:g}")
+            _style(ax, "training step", "val. loss")
+        fig.legend(loc="outside lower center", ncols=1)
+        return fig
 
     tm = data["timing"]
     keys = [k for k in main if k in tm]
-    fig, ax = plt.subplots(figsize=(7, 3.4))
-    xs = np.arange(len(keys))
-    ax.bar(xs - 0.2, [tm[k]["median_step_ms"] for k in keys], 0.4, color=[COLORS[k] for k in keys], label="with norms")
-    ax.bar(xs + 0.2, [tm[k]["median_identity_step_ms"] for k in keys], 0.4, color="#888888", alpha=0.6,
-           label="norms replaced by identity")
-    for x, k in zip(xs, keys):
-        ax.annotate(f"{100 * tm[k]['median_share']:.0f}%", (x - 0.2, tm[k]["median_step_ms"]), ha="center",
-                    va="bottom", fontsize=8, color="#888888")
-    ax.set_xticks(xs, [LABELS[k].replace(" on sub-layer output", "\n(sub-layer out)") for k in keys], fontsize=8)
-    _style(ax, "", "training step (ms), median")
-    _legend(ax)
-    save(fig, "training_step_time.svg")
+
+    def step_time(theme):
+        fig, axs = plotstyle.figure(0.55 * len(keys) + 1.8)
+        ax = axs[0][0]
+        ys = np.arange(len(keys))
+        ax.barh(ys - 0.2, [tm[k]["median_step_ms"] for k in keys], 0.4, color=[COLORS[k] for k in keys],
+                label="with norms")
+        ax.barh(ys + 0.2, [tm[k]["median_identity_step_ms"] for k in keys], 0.4, color=plotstyle.muted(theme),
+                alpha=0.6, label="norms replaced by identity")
+        ax.set_yticks(ys, [LABELS[k].replace(" on sub-layer output", " (out)") for k in keys])
+        ax.invert_yaxis()
+        _style(ax, "training step (ms), median", "")
+        fig.legend(loc="outside lower center", ncols=1)
+        return fig
 
     deep = {k: v for k, v in data["deep"].items() if k.startswith("gain_")}
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 3.6))
-    for (name, v), color in zip(deep.items(), ("#1f77b4", "#ff7f0e")):
-        _band(a1, v["val_band"]["steps"], v["val_band"], color, f"gain starts at {v['gain']:g}")
-        g = np.array([[x if x is not None else np.nan for x in r["grad_norm"]] for r in v["runs"]], dtype=float)
-        a2.plot(np.arange(1, g.shape[1] + 1), np.nanmean(g, axis=0), color=color, label=f"gain starts at {v['gain']:g}")
-    _style(a1, "training step", "validation loss (nats/byte)")
-    _style(a2, "training step", "gradient norm (mean over seeds)")
-    _legend(a1)
-    save(fig, "training_deep.svg")
+
+    def deep_stack(theme):
+        fig, axs = plotstyle.figure(7.2, nrows=2)
+        a1, a2 = axs[0][0], axs[1][0]
+        for (name, v), color in zip(deep.items(), plotstyle.CYCLE):
+            _band(a1, v["val_band"]["steps"], v["val_band"], color, f"gain starts at {v['gain']:g}")
+            g = np.array([[x if x is not None else np.nan for x in r["grad_norm"]] for r in v["runs"]], dtype=float)
+            a2.plot(np.arange(1, g.shape[1] + 1), np.nanmean(g, axis=0), color=color)
+        _style(a1, "training step", "val. loss")
+        _style(a2, "training step", "gradient norm")
+        fig.legend(loc="outside lower center", ncols=2)
+        return fig
+
+    written = []
+    for draw, name in ((curves, "training_curves"), (warmup, "training_warmup"), (step_time, "training_step_time"),
+                       (deep_stack, "training_deep")):
+        written += plotstyle.save(draw, name, out_dir)
     return written
 
 

@@ -156,8 +156,8 @@ def test_quick_study_runs_end_to_end_and_says_it_is_a_smoke_run(tmp_path):
     for group in res["comparisons"].values():
         for cmp in group.values():
             assert isinstance(cmp["separated"], bool) and cmp["text"]
-    assert set(written["plots"]) == {"training_curves.svg", "training_warmup.svg", "training_step_time.svg",
-                                     "training_deep.svg"}
+    assert set(written["plots"]) == {f"training_{n}{v}.svg" for n in ("curves", "warmup", "step_time", "deep")
+                                     for v in ("", "-dark")}
     for name in written["plots"]:
         svg = (tmp_path / "plots" / name).read_text()
         assert svg.lstrip().startswith("<?xml") and "<svg" in svg

@@ -134,55 +134,48 @@ def first_touch_table(ft: dict) -> str:
 
 
 def plot(data: dict, out_dir: Path) -> list[str]:
-    import matplotlib
+    """GB/s of every implementation per shape, horizontal bars (one panel per dtype, stacked), light and dark,
+    narrow with large text so that they read on a phone (reference_impl/studies/plotstyle.py)."""
+    from reference_impl.studies import plotstyle
 
-    matplotlib.use("Agg")
-    matplotlib.rcParams["svg.fonttype"] = "none"
-    matplotlib.rcParams["svg.hashsalt"] = "bench"
-    import matplotlib.pyplot as plt
-    from matplotlib.container import BarContainer
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
     shapes = [tuple(s) for s in data["settings"]["shapes"]]
     ticks = [f"{r}x{d}" for r, d in shapes]
     idx = _index(data["results"])
     quick = data["provenance"]["quick"]
+    dtypes = data["settings"]["dtypes"]
+    written = []
     for mode, alloc in (("forward_out", OUT_MODE_ALLOCATOR), ("forward_alloc", "glibc"),
                         ("forward_alloc", "jemalloc_retain"), ("forward_backward", "glibc")):
         if not any(k[0] == alloc and k[1] == mode for k in idx):
             continue
-        fig, axes = plt.subplots(1, len(data["settings"]["dtypes"]), figsize=(12, 5.0), squeeze=False)
-        for ax, dname in zip(axes[0], data["settings"]["dtypes"]):
-            impls = list(IMPLS[mode])  # fixed slots and colours: an implementation absent in a dtype leaves a gap
-            width = 0.8 / max(1, len(impls))
-            for j, impl in enumerate(impls):
-                xs, ys, lo, hi = [], [], [], []
-                for i, (r, d) in enumerate(shapes):
-                    rec = idx.get((alloc, mode, dname, r, d, impl))
-                    if rec:
-                        xs.append(i + j * width)
-                        ys.append(rec["gbps"])
-                        lo.append(rec["gbps"] - rec["gbps_min"])
-                        hi.append(rec["gbps_max"] - rec["gbps"])
-                if not xs:
-                    continue
-                ax.bar(xs, ys, width, yerr=[lo, hi], capsize=1.5, label=LABELS[impl], color=COLORS[impl],
-                       hatch="//" if impl in CEILINGS else None, edgecolor="black" if impl in CEILINGS else None,
-                       linewidth=0.4)
-            ax.set_xticks([i + 0.4 - width / 2 for i in range(len(shapes))], ticks, fontsize=8)
-            ax.set_ylabel("GB/s (minimum bytes), median; bars: min-max")
-            ax.set_title(f"{dname}, {mode.replace('_', ' ')}, {alloc}", fontsize=9)
-            ax.grid(True, axis="y", alpha=0.3)
-        handles = {h.get_label(): h for ax in axes[0] for h in ax.containers
-                   if isinstance(h, BarContainer) and not h.get_label().startswith("_")}
-        fig.legend(list(handles.values()), list(handles), fontsize=7, loc="lower center", ncol=5, frameon=False)
-        prov = data["provenance"]
-        title = f"{prov['machine']['cpu']}, {prov['machine'].get('torch_threads')} threads, {prov['date'][:10]}"
-        fig.suptitle(("SMOKE RUN (--quick), not a measurement: " if quick else "") + title, fontsize=9)
-        fig.tight_layout(rect=(0, 0.12, 1, 1))
-        name = f"cpu_{mode}_{alloc}.svg"
-        fig.savefig(out_dir / name, metadata={"Date": None})
-        plt.close(fig)
-        written.append(name)
+        impls = list(IMPLS[mode])  # fixed slots and colours: an implementation absent in a dtype leaves a gap
+
+        def draw(theme, mode=mode, alloc=alloc, impls=impls):
+            per_panel = 0.22 * len(shapes) * len(impls) + 0.9
+            fig, axes = plotstyle.figure(per_panel * len(dtypes) + 0.35 * len(impls) + 0.6, nrows=len(dtypes))
+            height = 0.8 / max(1, len(impls))
+            for row, dname in zip(axes, dtypes):
+                ax = row[0]
+                for j, impl in enumerate(impls):
+                    ys, xs, lo, hi = [], [], [], []
+                    for i, (r, d) in enumerate(shapes):
+                        rec = idx.get((alloc, mode, dname, r, d, impl))
+                        if rec:
+                            ys.append(i + j * height)
+                            xs.append(rec["gbps"])
+                            lo.append(rec["gbps"] - rec["gbps_min"])
+                            hi.append(rec["gbps_max"] - rec["gbps"])
+                    if ys:
+                        ax.barh(ys, xs, height, xerr=[lo, hi], capsize=1.5, label=LABELS[impl] if dname == dtypes[0]
+                                else None, color=COLORS[impl], hatch="//" if impl in CEILINGS else None,
+                                edgecolor=plotstyle.muted(theme) if impl in CEILINGS else None, linewidth=0.4)
+                ax.set_yticks([i + 0.4 - height / 2 for i in range(len(shapes))], ticks)
+                ax.invert_yaxis()
+                ax.set_xlabel("GB/s, median; whiskers: min-max")
+                ax.set_title(("smoke run: " if quick else "") + f"{dname}, {mode.replace('_', ' ')}, {alloc}")
+                ax.grid(True, axis="x", alpha=0.5)
+            fig.legend(loc="outside lower center", ncols=1)
+            return fig
+
+        written += plotstyle.save(draw, f"cpu_{mode}_{alloc}", out_dir)
     return written
