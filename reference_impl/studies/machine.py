@@ -72,3 +72,18 @@ def machine_key(identity: dict) -> str:
         "avx512" if "avx512f" in identity["flags"] else ("avx2" if "avx2" in identity["flags"] else "base"))
     raw = f"{identity['vendor']}-f{identity['family']}-m{identity['model']}-s{identity['stepping']}-{bf16}-{identity['cores']}c"
     return re.sub(r"[^a-z0-9-]+", "", raw.lower())
+
+
+def cpu_kernel_path(identity: dict, env: str | None = None) -> str:
+    """The instruction-set path the CPU kernels take (cuda/cpu/isa.h's pick_isa, with NORMLAB_CPU_ISA)."""
+    flags = set(identity["flags"])
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags:
+        best = "avx512bf16" if "avx512_bf16" in flags else "avx512"
+    elif {"avx2", "fma"} <= flags:
+        best = "avx2"
+    else:
+        best = "scalar"
+    order = ["scalar", "avx2", "avx512", "avx512bf16"]
+    env = os.environ.get("NORMLAB_CPU_ISA") if env is None else env
+    want = env if env in ("scalar", "avx2", "avx512") else best
+    return want if order.index(want) < order.index(best) else best

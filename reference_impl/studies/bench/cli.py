@@ -18,6 +18,7 @@ from .cases import (ALLOCATORS, BLOCK_ALLOCATOR, COMMAND, DEFAULT_REPEATS, DTYPE
 from .measure import allocator_available, flop_summary, run_worker, wait_for_quiet, worker
 from .render import first_touch_table, ort_table, plot, status_text
 from .analyse import analyse, ort_support
+from reference_impl.studies.machine import cpu_identity, cpu_kernel_path, machine_key
 
 def run(args) -> dict:
     from tqdm import tqdm
@@ -27,9 +28,12 @@ def run(args) -> dict:
     dtypes = list(DTYPES)
     repeats = 1 if quick else args.repeats
     load = wait_for_quiet(args.max_load, args.wait, args.force, quick)
+    _identity = cpu_identity()
     prov = record(COMMAND, SOURCES, quick=quick, packages=("torch", "numpy", "onnxruntime", "onnx", "transformers"),
                   machine_extra={"torch_threads": torch.get_num_threads(),
-                                 "torch_cpu_capability": torch.backends.cpu.get_cpu_capability()})
+                                 "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+                                 "cpu_identity": _identity, "machine_key": machine_key(_identity),
+                                 "kernel_path": cpu_kernel_path(_identity)})
     allocs, status = [], {}
     for name in args.allocators:
         ok, why = allocator_available(name)
