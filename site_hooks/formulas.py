@@ -11,7 +11,7 @@ import html
 import re
 from html.parser import HTMLParser
 
-from .guards import render_tests, scan_tests, summary_text
+from .guards import badge_text, render_tests, scan_tests, summary_text
 from .macros import MacroError, macro
 
 WRAPPER_CLASS = "formula"
@@ -40,9 +40,9 @@ def formula_macro(ctx, fid: str) -> str:
     tests = by_id[fid]
     return (f'<div class="{WRAPPER_CLASS}" id="{anchor(fid)}" data-formula-id="{html.escape(fid)}">'
             f'<div class="arithmatex">\\[{html.escape(latex[fid], quote=False)}\\]</div>'
-            f'<div class="formula-meta"><a class="formula-id" href="#{anchor(fid)}" title="registry id">{html.escape(fid)}</a>'
-            f'<details class="formula-guards"><summary>{summary_text(tests)}</summary>{render_tests(tests)}</details>'
-            f'</div></div>')
+            f'<div class="formula-meta"><details class="formula-guards"><summary>{badge_text(tests)}</summary>'
+            f'<p>Registry id <a class="formula-id" href="#{anchor(fid)}">{html.escape(fid)}</a>; '
+            f'{summary_text(tests)}:</p>{render_tests(tests)}</details></div></div>')
 
 
 class _Scanner(HTMLParser):

@@ -167,6 +167,14 @@ def summary_text(test_ids: list[str]) -> str:
     return f'<span class="guard-{status}">{SYMBOL[status]}</span> {what}'
 
 
+def badge_text(test_ids: list[str]) -> str:
+    """The one word under a formula: its combined outcome ("tested"), the details one click away."""
+    status = combined_status(test_ids)
+    word = {"passed": "tested", "failed": "a test failed", "skipped": "tests skipped here",
+            "not-run": "tests not run in this build"}.get(status, status)
+    return f'<span class="guard-{status}">{SYMBOL[status]}</span> {word}'
+
+
 def run_info() -> str:
     r = results()
     if not r:

@@ -14,7 +14,7 @@ import torch
 from .. import conventions as _cv
 from .. import tolerances as _tol
 from .. import variants as _va
-from .spec import BadInput, NormSpec, _param, _replace, gain, randn
+from .spec import BadInput, Impl, NormSpec, _param, _replace, gain, randn
 
 HEAD_DIM = 3
 
@@ -61,6 +61,25 @@ def _twin(q, k, q_weight, k_weight, head_dim, eps, placement, convention):
     return one(q, q_weight), one(k, k_weight)
 
 
+def _fused(q, k, q_weight, k_weight, head_dim, eps, placement, convention):
+    """The native op ``fused_qk_norm`` on (..., heads, head_dim) views of q and k."""
+    from ..ops import fused_qk_norm
+
+    def one(t, w):
+        return fused_qk_norm(t.reshape(*t.shape[:-1], -1, head_dim), w, eps, convention=convention).reshape(t.shape)
+    return one(q, q_weight), one(k, k_weight)
+
+
+def _fused_bound(inputs, params):
+    # the native op returns x's dtype whatever the weight's: bound the order with w in x's dtype
+    out = []
+    for t, w in ((inputs["q"], inputs["q_weight"]), (inputs["k"], inputs["k_weight"])):
+        v = t.reshape(*t.shape[:-1], t.shape[-1] // params["head_dim"], params["head_dim"])
+        out.append(_tol.convention_forward_bound(v, w, params["eps"], params["convention"], x_dtype=t.dtype,
+                                                 w_dtype=t.dtype).reshape(t.shape))
+    return tuple(out)
+
+
 def _bad():
     return (
         BadInput("q not a tensor", _replace("q", lambda q: q.tolist()), TypeError, "torch.Tensor"),
@@ -80,6 +99,8 @@ def _spec(name, title, placement, convention, families, source):
         conventions=(convention, placement), families=families,
         shapes=((0, 6), (1, 3), (3, 9), (2, 3, 33), (4, 129)),
         grads=("q", "k", "q_weight", "k_weight"), float64_exact=False, grad_twin=_twin, bad_inputs=_bad(),
+        implementations=({"fused_qk_norm (CPU)": Impl(_fused, "cpu", bound=_fused_bound)}
+                         if placement == "per_head" and convention in ("llama", "gemma") else {}),
     )
 
 
