@@ -34,6 +34,9 @@ def svg_text_sizes(path: Path) -> tuple[float, list[tuple[float, str]]]:
         scale = re.search(r"scale\(([\d.]+)", el.get("transform", ""))
         factor = float(scale.group(1)) if scale else 1.0
         # matplotlib writes a label's size on the <text>, or on each <tspan> of a label set in mathtext
+        if el.get("font-size"):  # the site's own SVG writer sets an attribute
+            sizes.append((float(re.match(r"[\d.]+", el.get("font-size")).group()) * factor, text))
+            continue
         parts = [el] if FONT.search(el.get("style", "")) else list(el.iter(f"{SVG_NS}tspan"))
         found = [FONT.search(p.get("style", "")) for p in parts]
         if not parts or not all(found):
@@ -93,6 +96,7 @@ def test_the_measure_reads_font_sizes(tmp_path):
     svg = tmp_path / "p.svg"
     svg.write_text('<svg xmlns="http://www.w3.org/2000/svg" width="720pt" viewBox="0 0 720 300">'
                    '<text style="font: 8px \'DejaVu Sans\'">tick</text>'
-                   '<text style="font: 12px \'DejaVu Sans\'" transform="translate(1 2) scale(0.5 -0.5)">x</text></svg>')
+                   '<text style="font: 12px \'DejaVu Sans\'" transform="translate(1 2) scale(0.5 -0.5)">x</text>'
+                   '<text font-size="20" x="1" y="2">label</text></svg>')
     width, sizes = svg_text_sizes(svg)
-    assert width == 720 and sorted(sizes) == [(6.0, "x"), (8.0, "tick")]
+    assert width == 720 and sorted(sizes) == [(6.0, "x"), (8.0, "tick"), (20.0, "label")]
