@@ -66,7 +66,8 @@ def _fused(q, k, q_weight, k_weight, head_dim, eps, placement, convention):
     from ..ops import fused_qk_norm
 
     def one(t, w):
-        return fused_qk_norm(t.reshape(*t.shape[:-1], -1, head_dim), w, eps, convention=convention).reshape(t.shape)
+        heads = t.shape[-1] // head_dim
+        return fused_qk_norm(t.reshape(*t.shape[:-1], heads, head_dim), w, eps, convention=convention).reshape(t.shape)
     return one(q, q_weight), one(k, k_weight)
 
 
