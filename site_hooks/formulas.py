@@ -55,6 +55,7 @@ class _Scanner(HTMLParser):
         self.blocks: list[tuple[str | None, str]] = []
         self.stray: list[str] = []
         self._math: list[str] | None = None
+        self._fixed = False
         self._skip = 0
 
     def handle_starttag(self, tag, attrs):
@@ -68,7 +69,9 @@ class _Scanner(HTMLParser):
             return
         self.stack.append((tag, fid, is_math))
         if is_math:
-            self._math = []
+            # a block drawn at build time keeps its TeX in data-tex; its SVG and MathML text is not TeX
+            self._math = [a["data-tex"]] if a.get("data-tex") is not None else []
+            self._fixed = a.get("data-tex") is not None
 
     def handle_endtag(self, tag):
         while self.stack:
@@ -84,7 +87,8 @@ class _Scanner(HTMLParser):
 
     def handle_data(self, data):
         if self._math is not None:
-            self._math.append(data)
+            if not self._fixed:
+                self._math.append(data)
         elif not self._skip and ("$$" in data or "\\[" in data or "\\begin{" in data):
             self.stray.append(data.strip()[:80])
 

@@ -113,7 +113,9 @@ def render_page(output: str, where: str) -> str:
         except MathError as exc:
             raise MathError(f"{where}: formula {tex[:120]!r} could not be drawn: {exc}") from None
 
-    output = _BLOCK.sub(lambda m: f'<div class="arithmatex">{draw(_block_tex(m.group(1)), True)}</div>', output)
+    # the TeX stays on the block (data-tex) so that the drift guard can compare it with the registry
+    output = _BLOCK.sub(lambda m: f'<div class="arithmatex" data-tex="{html.escape(html.unescape(m.group(1)), quote=True)}">'
+                                  f'{draw(_block_tex(m.group(1)), True)}</div>', output)
     output = _INLINE.sub(lambda m: f'<span class="arithmatex">{draw(m.group(1), False)}</span>', output)
     if glyphs:
         style = f'<style id="mathjax-svg-styles">{_get().css}</style>'

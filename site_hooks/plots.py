@@ -24,8 +24,8 @@ def plot_macro(ctx, name: str, alt: str, caption: str = "") -> str:
     rel = posixpath.relpath("data/plots", posixpath.dirname(ctx.src_path) or ".")
     alt = html.escape(alt, quote=True)
     out = ['<figure class="plot" markdown>',
-           f"![{alt}]({rel}/{name}.svg#only-light){{ loading=lazy }}",
-           f"![{alt}]({rel}/{name}-dark.svg#only-dark){{ loading=lazy }}"]
+           f"![{alt}]({rel}/{name}.svg#only-light)",
+           f"![{alt}]({rel}/{name}-dark.svg#only-dark)"]
     if caption:
         out.append(f'<figcaption markdown="span">{caption}</figcaption>')
     out.append("</figure>")

@@ -9,7 +9,7 @@ import numpy as np
 from .placements import VARIANTS, lr_key
 
 PLOT_WIDTH_IN = 4.8      # at 360 px on screen an 11 pt label is 360 / (4.8 * 72) * 11 = 11.5 px tall
-FONT_PT = 11
+FONT_PT = 12
 THEME_TEXT = {"": "#1f2328", "-dark": "#e6edf3"}       # the diagrams' foreground colours
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f"]
 
