@@ -28,6 +28,7 @@ from typing import Callable
 import numpy as np
 import sympy as sp
 from sympy import Indexed, IndexedBase, KroneckerDelta, Sum
+from sympy.printing.latex import LatexPrinter
 
 # ----------------------------------------------------------------------------------------- symbols
 
@@ -66,9 +67,28 @@ def sum_over(body, idx=j, hi=d):
     return Sum(body, (idx, 1, hi))
 
 
+class _Printer(LatexPrinter):
+    """SymPy's printer, except that a mean ``Sum(...)/d`` (or ``/k``) prints as ``\\frac{1}{d} \\sum ...``.
+
+    SymPy sets ``Sum/d`` as a fraction with the sum in its numerator; inside a square root that shrinks the
+    sum to script size (7-8 px on a phone). The factor in front keeps it at text size.
+    """
+
+    def _print_Mul(self, expr):
+        factors = expr.as_ordered_factors()
+        sign = ""
+        if factors[0] == -1:
+            sign, factors = "- ", factors[1:]
+        inverse = [f for f in factors if f.is_Pow and f.exp == -1 and f.base.is_Symbol]
+        sums = [f for f in factors if isinstance(f, Sum)]
+        if len(inverse) == 1 and sums and len(inverse) + len(sums) == len(factors):
+            return rf"{sign}\frac{{1}}{{{self._print(inverse[0].base)}}} {self._print(sp.Mul(*sums))}"
+        return super()._print_Mul(expr)
+
+
 def latex(expr, order: str = "lex") -> str:
     """The site's LaTeX for a SymPy expression; ``order="rev-lex"`` prints x_j - mu and ms + eps."""
-    return sp.latex(expr, symbol_names=LATEX_NAMES, order=order)
+    return _Printer({"symbol_names": LATEX_NAMES, "order": order}).doprint(expr)
 
 
 # ----------------------------------------------------------------------------------- definitions

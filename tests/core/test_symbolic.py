@@ -523,3 +523,17 @@ def test_bytes_per_row_and_saved_statistics():
     # the RMSNorm forward saves exactly one statistic per row
     y, r = ri.reference.rms_forward(x.detach(), None, 1e-6)
     assert r.shape == (6, 1)
+
+
+def test_means_print_with_the_factor_in_front():
+    """A mean prints as 1/d times the sum, never as a fraction with the sum in its numerator: inside a
+    square root such a fraction sets the sum in script size, too small to read on a phone."""
+    import re
+
+    from reference_impl.symbolic import formulas
+    from reference_impl.symbolic.algebra import MS, latex
+
+    assert latex(MS) == r"\frac{1}{d} \sum_{j=1}^{d} {x}_{j}^{2}"
+    nested = {k: f.latex for k, f in formulas.registry().items() if re.search(r"\\frac\{-? ?\\sum", f.latex)}
+    assert not nested, f"means printed as fractions over a sum: {sorted(nested)}"
+    assert r"\sqrt{\frac{1}{d} \sum_{j=1}^{d} {x}_{j}^{2} + \epsilon}" in formulas.get("rms.forward").latex
