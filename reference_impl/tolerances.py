@@ -30,7 +30,7 @@ def unit_roundoff(dtype: torch.dtype) -> float:
 
 
 def gamma(n: int, u: float) -> float:
-    """Higham's gamma_n = n*u / (1 - n*u); requires n*u < 1."""
+    """Higham's ``gamma_n = n*u / (1 - n*u)``; requires ``n*u < 1``."""
     nu = n * u
     if nu >= 1:
         raise ValueError(f"gamma({n}) undefined for unit roundoff {u}: n*u >= 1")
@@ -117,10 +117,10 @@ def _ln_parts(x, eps):
 def ln_forward_bound(x, weight, bias, eps, out_dtype, compute=None):
     """Allowed |y_hat - y| per element for LayerNorm forward.
 
-    The mean is off by at most e = gamma(d+1) * mean|x|; that shift enters x_i - mean directly and the
-    variance only at second order (the centred values sum to zero), adding (e**2 / (var + eps)) to its
-    relative error. Hence |err_i| <= u_o |y_i| + |w_i| r (gamma(d//2+8) |xc_i| + e (1 + e r**2 |xc_i|))
-    + 2 u_c |b_i| + floor.
+    The mean is off by at most ``e = gamma(d+1) * mean|x|``; that shift enters ``x_i - mean`` directly and
+    the variance only at second order (the centred values sum to zero), adding ``e**2 / (var + eps)`` to
+    its relative error. Hence
+    ``|err_i| <= u_o |y_i| + |w_i| r (gamma(d//2+8) |xc_i| + e (1 + e r**2 |xc_i|)) + 2 u_c |b_i| + floor``.
     """
     compute = compute or _compute_for(out_dtype)
     x, w, b = _f64(x), _f64(weight), _f64(bias)
@@ -143,10 +143,11 @@ def ln_forward_bound(x, weight, bias, eps, out_dtype, compute=None):
 def ln_backward_bounds(dy, x, weight, bias, eps, x_dtype, w_dtype=None, compute=None):
     """Allowed errors for (dx, dweight, dbias) of LayerNorm.
 
-    As for RMSNorm, plus the mean(g) term and the centring error e (see :func:`ln_forward_bound`), which
-    perturbs xhat by about r*e: |err dx_i| <= u_o|dx_i| + gamma(d+10) r (|g_i| + mean|g| + |xhat_i| mean|g xhat|)
-    + r * (r e) * (mean|g xhat| + mean|g| * (1 + |xhat_i|)). dweight as for RMSNorm with xhat's extra
-    error r*e; dbias_j = sum of n values: gamma(n) * sum |dy|.
+    As for RMSNorm, plus the ``mean(g)`` term and the centring error ``e`` (see :func:`ln_forward_bound`),
+    which perturbs xhat by about ``r*e``:
+    ``|err dx_i| <= u_o|dx_i| + gamma(d+10) r (|g_i| + mean|g| + |xhat_i| mean|g xhat|)
+    + r * (r e) * (mean|g xhat| + mean|g| * (1 + |xhat_i|))``. dweight as for RMSNorm with xhat's extra
+    error ``r*e``; ``dbias_j``, a sum of n values, to ``gamma(n) * sum |dy|``.
     """
     compute = compute or _compute_for(x_dtype)
     dy, x, w = _f64(dy), _f64(x), _f64(weight)

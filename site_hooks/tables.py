@@ -8,12 +8,20 @@ the page (instead of a Markdown table of ``data`` calls, or Markdown prepared in
 Arguments: the data file, the row keys (any literals: numbers, strings, tuples), then one
 ``(header, path, format)`` per column. ``path`` and ``format`` are Python format strings in ``row`` (the
 row's key: ``{row}``, ``{row[0]}``); a path that starts with ``=`` is text, not a look-up
-(``"={row[0]}"`` prints the first item of the key). Values are formatted as the ``data`` macro does.
+(``"={row[0]}"`` prints the first item of the key). Inside such a text, ``[[path|format]]`` is a look-up,
+so one cell can hold several values: ``"=[[t.{row}.median|.0f]] ([[t.{row}.min|.0f]] to [[t.{row}.max|.0f]])"``.
+Values are formatted as the ``data`` macro does. A header that starts with ``>`` is right-aligned (the
+``>`` is not shown), for columns of numbers.
 """
 from __future__ import annotations
 
+import re
+
 from .data import data_macro
 from .macros import MacroError, macro
+
+
+LOOKUP = re.compile(r"\[\[([^|\[\]]+)(?:\|([^\]]*))?\]\]")
 
 
 @macro("table")
@@ -25,7 +33,9 @@ def table_macro(ctx, name: str, rows, *columns) -> str:
     for col in columns:
         if not (isinstance(col, tuple) and len(col) in (2, 3) and all(isinstance(c, str) for c in col)):
             raise MacroError(f"{ctx.src_path}: a table column is (header, path[, format]), got {col!r}")
-    lines = ["| " + " | ".join(c[0] for c in columns) + " |", "|" + "---|" * len(columns)]
+    right = [c[0].startswith(">") for c in columns]
+    lines = ["| " + " | ".join(c[0][1:] if r else c[0] for c, r in zip(columns, right)) + " |",
+             "|" + "".join("---:|" if r else "---|" for r in right)]
     for row in rows:
         cells = []
         for col in columns:
@@ -34,6 +44,9 @@ def table_macro(ctx, name: str, rows, *columns) -> str:
                 path, fmt = path.format(row=row), fmt.format(row=row)
             except (IndexError, KeyError, AttributeError) as exc:
                 raise MacroError(f"{ctx.src_path}: column {col[0]!r}: {col[1]!r} does not fit row {row!r}: {exc}") from exc
-            cells.append(path[1:] if path.startswith("=") else data_macro(ctx, name, path, fmt))
+            if path.startswith("="):  # text, with any [[path|format]] look-ups filled in
+                cells.append(LOOKUP.sub(lambda m: data_macro(ctx, name, m.group(1), m.group(2) or ""), path[1:]))
+            else:
+                cells.append(data_macro(ctx, name, path, fmt))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -5,6 +5,7 @@
   and defines the entry points :func:`fused_rms_norm`, :func:`fused_layer_norm` and :func:`fused_qk_norm`.
 - :mod:`reference_impl.ops.cuda`: the CUDA kernel versions, one by one, for teaching and benchmarks.
 - :mod:`reference_impl.ops.rsqrt`: reciprocal-square-root methods on CPU and GPU.
+- :mod:`reference_impl.ops.cpu_first`: the CPU page's first kernel, plain C++ loops over float32 rows.
 """
 from .build import NativeBuildError
 from .library import fused_layer_norm, fused_qk_norm, fused_rms_norm
