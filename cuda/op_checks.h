@@ -78,6 +78,12 @@ inline void check_convention(int64_t convention, const char* op) {
                     ": convention must be 0 (llama) or 1 (gemma), got ", convention);
 }
 
+// The RMSNorm forward's code: the convention plus 2 for the "fp32" residual contract (cuda/ops.h).
+inline void check_fwd_code(int64_t code, const char* op) {
+  TORCH_CHECK_VALUE(code >= 0 && code <= 3, op,
+                    ": convention must be 0 or 1 (llama, gemma), plus 2 for the fp32 residual contract; got ", code);
+}
+
 // An output buffer of an out= op must not share memory with an input (the kernels read a row after
 // writing parts of others) nor with another output.
 inline void check_no_overlap(const at::Tensor& out, const at::Tensor& other, const char* op, const char* out_name,

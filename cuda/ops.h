@@ -29,7 +29,7 @@
 //                           normalize in fp32, cast to x's dtype, then multiply by the weight)
 //   convention 1 (Gemma):  y = round_x((h * rstd) * (1 + float(weight)))   (the offset gain, cast once)
 //   weight None:           y = round_x(h * rstd) in both conventions.
-//   convention + 2 (the "fp32" residual contract; CPU kernels): rstd and y are computed from
+//   convention + 2 (the "fp32" residual contract; CPU and CUDA kernels): rstd and y are computed from
 //                    s = float(x) + float(residual) instead of h; residual_out is still round_x(s).
 // rms_norm_fwd_out(..., *, y, residual_out) -> rstd
 //   The same, writing y (and residual_out, when a residual is given) into the caller's buffers: x's

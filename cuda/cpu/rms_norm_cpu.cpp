@@ -56,10 +56,7 @@ void check_fwd_args(const at::Tensor& x, const c10::optional<at::Tensor>& weight
   check_param(weight, x, op, "weight");
   if (residual.has_value()) check_like_x(*residual, x, op, "residual");
   check_eps(eps, op);
-  check_convention(convention & 1, op);  // bit 1: the residual contract (0 "hf", 2 "fp32")
-  TORCH_CHECK_VALUE(convention >= 0 && convention <= 3, op,
-                    ": convention must be 0 or 1 (llama, gemma), plus 2 for the fp32 residual contract; got ",
-                    convention);
+  check_fwd_code(convention, op);  // bit 1: the residual contract (0 "hf", 2 "fp32")
 }
 
 // Writes y, residual_out (when a residual is given) and rstd, all allocated and checked by the caller.

@@ -53,12 +53,15 @@ struct RmsBwdArgs {
 // the sum, rstd and h * rstd in double (which holds the square of every float32), each product rounded
 // once to float32, then the convention's casts. Returns false, writing nothing, for a row the float32
 // pass already gets right: one with Inf or NaN (they propagate as before) or all zeros. The saved rstd is
-// rounded to float32; it overflows only when eps = 0 and every |h| is below about 1e-38.
+// rounded to float32; it overflows only when eps = 0 and every |h| is below about 1e-38. With r (the "fp32"
+// residual contract) the row is the float32 sum h[j] + r[j] (h then points at x).
 template <class T, class WT>
-bool rms_fwd_row_wide(const T* h, T* y, const WT* w, int64_t d, float eps, int convention, float* rstd) {
+bool rms_fwd_row_wide(const T* h, T* y, const WT* w, int64_t d, float eps, int convention, float* rstd,
+                      const T* r = nullptr) {
+  auto at = [&](int64_t j) -> float { return r ? to_f(h[j]) + to_f(r[j]) : to_f(h[j]); };
   double ss = 0.0;
   for (int64_t j = 0; j < d; ++j) {
-    const double v = to_f(h[j]);
+    const double v = at(j);
     if (!std::isfinite(v)) return false;
     ss += v * v;
   }
@@ -66,7 +69,7 @@ bool rms_fwd_row_wide(const T* h, T* y, const WT* w, int64_t d, float eps, int c
   const double rs = 1.0 / std::sqrt(ss / static_cast<double>(d) + static_cast<double>(eps));
   *rstd = static_cast<float>(rs);
   for (int64_t j = 0; j < d; ++j) {
-    const float t = static_cast<float>(static_cast<double>(to_f(h[j])) * rs);
+    const float t = static_cast<float>(static_cast<double>(at(j)) * rs);
     if (!w)
       y[j] = from_f(t, y);
     else if (convention == 0)
@@ -111,7 +114,7 @@ void rms_fwd_rows(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
       return Q::mul(v, v);
     });  // the squares are rounded before the add in every lane and in the tail alike
     if (__builtin_expect(sum_out_of_range(ss), 0) &&
-        rms_fwd_row_wide<T, WT>(h, y, w, d, a.eps, a.convention, a.rstd + i))
+        rms_fwd_row_wide<T, WT>(from_sum ? x : h, y, w, d, a.eps, a.convention, a.rstd + i, from_sum ? r : nullptr))
       continue;
     const float rs = 1.0f / std::sqrt(ss / static_cast<float>(d) + a.eps);
     a.rstd[i] = rs;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -78,6 +79,26 @@ __device__ double wide_rms_rstd(const T* row, int d, float eps) {
   __syncthreads();
   const double r = result;
   __syncthreads();  // everyone has read it before a later row's thread 0 writes it again
+  return r;
+}
+
+// The same over the float32 sums x + res (the "fp32" residual contract), formed element by element. Inlined:
+// the caller's registers then hold the row's float32 sums across it without a call's spills.
+template <typename T>
+__device__ __forceinline__ double wide_rms_rstd_of_sum(const T* x, const T* res, int d, float eps) {
+  __shared__ double result;
+  if (threadIdx.x == 0) {
+    double ss = 0.0, bad = 0.0;
+    for (int j = 0; j < d; ++j) {
+      const double v = to_f(x[j]) + to_f(res[j]);
+      bad += v - v;
+      ss += v * v;
+    }
+    result = (bad == 0.0 && ss > 0.0) ? 1.0 / sqrt(ss / d + static_cast<double>(eps)) : 0.0;
+  }
+  __syncthreads();
+  const double r = result;
+  __syncthreads();
   return r;
 }
 

@@ -64,13 +64,16 @@ at::Tensor stats_like(const at::Tensor& x) {
 
 const void* ptr_or_null(const std::optional<at::Tensor>& t) { return t.has_value() ? t->data_ptr() : nullptr; }
 
+// convention: the op's code (0 or 1, plus 2 for the "fp32" residual contract) when contract_bit is set,
+// else 0 or 1 only (the teaching op, which takes no residual).
 void check_rms_fwd(const at::Tensor& x, const std::optional<at::Tensor>& weight,
-                   const std::optional<at::Tensor>& residual, double eps, int64_t convention, const char* op) {
+                   const std::optional<at::Tensor>& residual, double eps, int64_t convention, const char* op,
+                   bool contract_bit = true) {
   check_x_here(x, op);
   check_param(weight, x, op, "weight");
   if (residual.has_value()) check_like_x(*residual, x, op, "residual");
   check_eps(eps, op);
-  check_convention(convention, op);
+  if (contract_bit) check_fwd_code(convention, op); else check_convention(convention, op);
 }
 
 // Launches the forward into y, residual_out (defined when a residual is given) and rstd.
@@ -116,7 +119,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_fwd_version_cuda(const at::Tensor& x
                                                              const std::optional<at::Tensor>& weight, double eps,
                                                              int64_t version, int64_t convention, int64_t block_size) {
   const char* op = "normlab::rms_norm_fwd_version";
-  check_rms_fwd(x, weight, std::nullopt, eps, convention, op);
+  check_rms_fwd(x, weight, std::nullopt, eps, convention, op, false);
   TORCH_CHECK_VALUE((version >= 1 && version <= 4) || version == 6, op, ": version must be 1, 2, 3, 4 or 6 (5 is "
                     "rms_norm_fwd with a residual), got ", version);
   TORCH_CHECK_VALUE(block_size >= 0 && block_size <= 1024, op, ": block_size must be 0 (default) or 1..1024, got ",

@@ -24,13 +24,45 @@ __device__ __forceinline__ Vec<T, VEC> add_round(const Vec<T, VEC>& a, const Vec
   return h;
 }
 
+// The vector of the row that is normalized: x itself, h = round_T(x + res) (the "hf" residual contract),
+// or, with FP32_SUM (the "fp32" contract), the float32 sum s = x + res, kept in fp32 registers.
+template <typename T, int VEC, bool FP32_SUM>
+using RowVec = Vec<std::conditional_t<FP32_SUM, float, T>, VEC>;
+
+// Vector vi of that row. With a residual and STORE it also stores the new residual stream, round_T(x + res),
+// into hv[vi] (both contracts store the same bits there); without STORE it recomputes the vector only.
+template <typename T, int VEC, bool RESIDUAL, bool FP32_SUM, bool STORE = true>
+__device__ __forceinline__ RowVec<T, VEC, FP32_SUM> row_vec(const Vec<T, VEC>* xv, const Vec<T, VEC>* rv,
+                                                           Vec<T, VEC>* hv, int vi) {
+  static_assert(RESIDUAL || !FP32_SUM, "the fp32 contract concerns the residual add only");
+  if constexpr (!RESIDUAL) {
+    return xv[vi];
+  } else if constexpr (FP32_SUM) {
+    const Vec<T, VEC> a = xv[vi], b = rv[vi];
+    Vec<float, VEC> s;
+    Vec<T, VEC> h;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      s.v[k] = to_f(a.v[k]) + to_f(b.v[k]);
+      h.v[k] = from_f<T>(s.v[k]);
+    }
+    if constexpr (STORE) hv[vi] = h;
+    return s;
+  } else {
+    const Vec<T, VEC> h = add_round(xv[vi], rv[vi]);
+    if constexpr (STORE) hv[vi] = h;
+    return h;
+  }
+}
+
 // x * r: in fp32, or (the wide pass, R = double) in double rounded once to fp32.
 __device__ __forceinline__ float scaled(float v, float r) { return v * r; }
 __device__ __forceinline__ float scaled(float v, double r) { return static_cast<float>(static_cast<double>(v) * r); }
 
 // The output vector: llama rounds x * rstd to T before the weight, gemma multiplies by (1 + w) in fp32.
-template <typename T, typename W, int VEC, typename R = float>
-__device__ __forceinline__ Vec<T, VEC> normalize(const Vec<T, VEC>& a, R r, const Vec<W, VEC>* wv, int vi,
+// The input a holds T or, under the fp32 residual contract, the float32 sum; the output is T either way.
+template <typename T, typename W, int VEC, typename R = float, typename A = T>
+__device__ __forceinline__ Vec<T, VEC> normalize(const Vec<A, VEC>& a, R r, const Vec<W, VEC>* wv, int vi,
                                                  int convention) {
   Vec<T, VEC> out;
   if (wv == nullptr) {
@@ -49,6 +81,15 @@ __device__ __forceinline__ Vec<T, VEC> normalize(const Vec<T, VEC>& a, R r, cons
   return out;
 }
 
+// The block-wide pass in double (wide_rms_rstd) for the row at x + base: over the stored h with the "hf"
+// residual contract, over x without a residual, over the float32 sums x + res with the "fp32" contract.
+template <typename T, bool RESIDUAL, bool FP32_SUM>
+__device__ __forceinline__ double wide_row_rstd(const T* x, const T* res, const T* h_out, long long base, int d,
+                                                float eps) {
+  if constexpr (FP32_SUM) return wide_rms_rstd_of_sum(x + base, res + base, d, eps);
+  else return wide_rms_rstd(RESIDUAL ? h_out + base : x + base, d, eps);
+}
+
 // --8<-- [start:v45]
 // Version 4: 128-bit vectorized loads, row kept in registers. Over version 3:
 //  - each access moves VEC = 16 / sizeof(T) elements (8 bf16/fp16 or 4 fp32) in one instruction, so a
@@ -64,13 +105,15 @@ __device__ __forceinline__ Vec<T, VEC> normalize(const Vec<T, VEC>& a, R r, cons
 // Version 5 (below, RESIDUAL = true) fuses the residual add: h = x + res is formed on the fly, written
 // once to h_out, normalized from registers, so the pre-norm residual stream costs one read of x and of
 // res and one write of h and of y, instead of an extra elementwise kernel's read-read-write plus a
-// re-read of h.
-template <typename T, typename W, int VEC, bool RESIDUAL>
+// re-read of h. With FP32_SUM (the "fp32" residual contract) the registers hold the float32 sum
+// s = x + res instead, the statistic and y come from s, and h_out still receives round_T(s).
+template <typename T, typename W, int VEC, bool RESIDUAL, bool FP32_SUM = false>
 __global__ void __launch_bounds__(kMaxThreads)
 rms_fwd_v45(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd, const T* __restrict__ x,
             const T* __restrict__ res, const W* __restrict__ w, int d, float eps, int convention) {
   using VT = Vec<T, VEC>;
   using VW = Vec<W, VEC>;
+  using RT = RowVec<T, VEC, FP32_SUM>;
   __shared__ float red[33];
   const long long base = static_cast<long long>(blockIdx.x) * d;
   const int nvec = d / VEC;  // the host guarantees d % VEC == 0
@@ -86,24 +129,19 @@ rms_fwd_v45(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd, 
   if (nvec <= kFwdItems * static_cast<int>(blockDim.x)) {
     // Register path: thread t owns vectors t, t + B, ..., t + (kFwdItems - 1) B. The loop is unrolled,
     // so reg[i] is indexed by constants and stays in registers (no local memory).
-    VT reg[kFwdItems];
+    RT reg[kFwdItems];
     float ss = 0.0f;
 #pragma unroll
     for (int i = 0; i < kFwdItems; ++i) {
       const int vi = threadIdx.x + i * blockDim.x;
       if (vi < nvec) {
-        VT a = xv[vi];
-        if constexpr (RESIDUAL) {
-          a = add_round(a, rv[vi]);
-          hv[vi] = a;
-        }
-        reg[i] = a;
-        ss = add_squares(a, ss);
+        reg[i] = row_vec<T, VEC, RESIDUAL, FP32_SUM>(xv, rv, hv, vi);
+        ss = add_squares(reg[i], ss);
       }
     }
     const float tot = block_sum(ss, red);
     // a sum that overflowed or underflowed: the row again in double (rare; 0 when fp32 stands)
-    const double rw = sum_out_of_range(tot) ? wide_rms_rstd(RESIDUAL ? h_out + base : x + base, d, eps) : 0.0;
+    const double rw = sum_out_of_range(tot) ? wide_row_rstd<T, RESIDUAL, FP32_SUM>(x, res, h_out, base, d, eps) : 0.0;
     const float r = rw > 0.0 ? static_cast<float>(rw) : row_rstd(tot, d, eps);
     if (threadIdx.x == 0) rstd[blockIdx.x] = r;
 #pragma unroll
@@ -117,21 +155,17 @@ rms_fwd_v45(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd, 
     // Streaming path for rows too long for registers: the second loop reads the row again (x, or the h
     // this same thread wrote, so no barrier is needed for it).
     float ss = 0.0f;
-    for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) {
-      VT a = xv[vi];
-      if constexpr (RESIDUAL) {
-        a = add_round(a, rv[vi]);
-        hv[vi] = a;
-      }
-      ss = add_squares(a, ss);
-    }
+    for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x)
+      ss = add_squares(row_vec<T, VEC, RESIDUAL, FP32_SUM>(xv, rv, hv, vi), ss);
     const float tot = block_sum(ss, red);
-    const double rw = sum_out_of_range(tot) ? wide_rms_rstd(RESIDUAL ? h_out + base : x + base, d, eps) : 0.0;
+    const double rw = sum_out_of_range(tot) ? wide_row_rstd<T, RESIDUAL, FP32_SUM>(x, res, h_out, base, d, eps) : 0.0;
     const float r = rw > 0.0 ? static_cast<float>(rw) : row_rstd(tot, d, eps);
     if (threadIdx.x == 0) rstd[blockIdx.x] = r;
     for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) {
-      VT a;
-      if constexpr (RESIDUAL) a = hv[vi]; else a = xv[vi];
+      RT a;  // fp32 contract: s again from x and res; otherwise h (or x) as stored
+      if constexpr (FP32_SUM) a = row_vec<T, VEC, RESIDUAL, FP32_SUM, false>(xv, rv, nullptr, vi);
+      else if constexpr (RESIDUAL) a = hv[vi];
+      else a = xv[vi];
       yv[vi] = rw > 0.0 ? normalize<T, W, VEC>(a, rw, wv, vi, convention) : normalize<T, W, VEC>(a, r, wv, vi, convention);
     }
   }
@@ -142,12 +176,14 @@ rms_fwd_v45(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd, 
 // of the group walks the whole row in double, in element order like version 4's wide pass, recomputing h
 // from x and the residual instead of reading what the other lanes stored (no barrier or warp sync needed).
 // Returns 1 / sqrt(sum / d + eps), or 0 when the fp32 result stands (Inf or NaN in the row, or all zeros).
-template <typename T, int VEC, bool RESIDUAL>
-__device__ double group_wide_rstd(const Vec<T, VEC>* xv, const Vec<T, VEC>* rv, int nvec, int d, float eps) {
+// The fp32 contract's variant is inlined (group_wide_rstd_inline), so the lanes' float32 sums stay in
+// registers across it without a call's spills.
+template <typename T, int VEC, bool RESIDUAL, bool FP32_SUM>
+__device__ __forceinline__ double group_wide_rstd_inline(const Vec<T, VEC>* xv, const Vec<T, VEC>* rv, int nvec,
+                                                         int d, float eps) {
   double ss = 0.0, bad = 0.0;
   for (int vi = 0; vi < nvec; ++vi) {
-    Vec<T, VEC> a = xv[vi];
-    if constexpr (RESIDUAL) a = add_round(a, rv[vi]);
+    const RowVec<T, VEC, FP32_SUM> a = row_vec<T, VEC, RESIDUAL, FP32_SUM, false>(xv, rv, nullptr, vi);
 #pragma unroll
     for (int k = 0; k < VEC; ++k) {
       const double v = to_f(a.v[k]);
@@ -156,6 +192,18 @@ __device__ double group_wide_rstd(const Vec<T, VEC>* xv, const Vec<T, VEC>* rv, 
     }
   }
   return (bad == 0.0 && ss > 0.0) ? 1.0 / sqrt(ss / d + static_cast<double>(eps)) : 0.0;
+}
+
+template <typename T, int VEC, bool RESIDUAL>
+__device__ double group_wide_rstd_call(const Vec<T, VEC>* xv, const Vec<T, VEC>* rv, int nvec, int d, float eps) {
+  return group_wide_rstd_inline<T, VEC, RESIDUAL, false>(xv, rv, nvec, d, eps);
+}
+
+template <typename T, int VEC, bool RESIDUAL, bool FP32_SUM>
+__device__ __forceinline__ double group_wide_rstd(const Vec<T, VEC>* xv, const Vec<T, VEC>* rv, int nvec, int d,
+                                                  float eps) {
+  if constexpr (FP32_SUM) return group_wide_rstd_inline<T, VEC, RESIDUAL, true>(xv, rv, nvec, d, eps);
+  else return group_wide_rstd_call<T, VEC, RESIDUAL>(xv, rv, nvec, d, eps);
 }
 
 // --8<-- [start:rows]
@@ -172,7 +220,8 @@ __device__ double group_wide_rstd(const Vec<T, VEC>* xv, const Vec<T, VEC>* rv, 
 // warp_sum's order (version 4's surplus lanes only add zeros), so both versions give the same bits.
 // ITEMS, the vectors a lane can hold, is 1 for rows of at most 32 vectors (every head size above): the
 // kernel then needs registers for one vector per lane, not kFwdItems, and more warps fit a multiprocessor.
-template <typename T, typename W, int VEC, bool RESIDUAL, int ITEMS>
+// FP32_SUM: the "fp32" residual contract, as in version 5.
+template <typename T, typename W, int VEC, bool RESIDUAL, int ITEMS, bool FP32_SUM = false>
 __global__ void __launch_bounds__(kRowThreads)
 rms_fwd_rows(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd, const T* __restrict__ x,
              const T* __restrict__ res, const W* __restrict__ w, long long rows, int d, int lanes, float eps,
@@ -193,33 +242,25 @@ rms_fwd_rows(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd,
     rv = reinterpret_cast<const VT*>(res + base);
     hv = reinterpret_cast<VT*>(h_out + base);
   }
-  VT reg[ITEMS]{};  // (zero-initialized: g++ cannot see that only the vectors < nvec are read)
+  RowVec<T, VEC, FP32_SUM> reg[ITEMS]{};  // (zero-initialized: g++ cannot see that only the vectors < nvec are read)
   float ss = 0.0f;
 #pragma unroll
   for (int i = 0; i < ITEMS; ++i) {
     const int vi = g + i * lanes;
     if (vi < nvec) {
-      VT a = xv[vi];
-      if constexpr (RESIDUAL) {
-        a = add_round(a, rv[vi]);
-        hv[vi] = a;
-      }
-      reg[i] = a;
-      ss = add_squares(a, ss);
+      reg[i] = row_vec<T, VEC, RESIDUAL, FP32_SUM>(xv, rv, hv, vi);
+      ss = add_squares(reg[i], ss);
     }
   }
   const float tot = group_sum(ss, lanes);
   // a sum that overflowed or underflowed: the row again in double (rare; 0 when fp32 stands). That branch
   // reads the row again from memory, so the registers holding it are free there and the common path keeps
   // its register budget.
-  const double rw = (live && sum_out_of_range(tot)) ? group_wide_rstd<T, VEC, RESIDUAL>(xv, rv, nvec, d, eps) : 0.0;
+  const double rw = (live && sum_out_of_range(tot)) ? group_wide_rstd<T, VEC, RESIDUAL, FP32_SUM>(xv, rv, nvec, d, eps) : 0.0;
   if (rw > 0.0) {
     if (g == 0) rstd[row] = static_cast<float>(rw);
-    for (int vi = g; vi < nvec; vi += lanes) {
-      VT a = xv[vi];
-      if constexpr (RESIDUAL) a = add_round(a, rv[vi]);
-      yv[vi] = normalize<T, W, VEC>(a, rw, wv, vi, convention);
-    }
+    for (int vi = g; vi < nvec; vi += lanes)
+      yv[vi] = normalize<T, W, VEC>(row_vec<T, VEC, RESIDUAL, FP32_SUM, false>(xv, rv, nullptr, vi), rw, wv, vi, convention);
     return;
   }
   const float r = row_rstd(tot, d, eps);
@@ -236,7 +277,8 @@ rms_fwd_rows(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ rstd,
 // (version 4's one row per block), kRows (version 6; invalid for a row that does not fit one warp).
 enum Layout : int { kAuto = 0, kOneRow = 4, kRows = 6 };
 
-template <typename T, typename W, int VEC>
+// FP32_SUM (the "fp32" residual contract) applies to the launches with a residual only.
+template <typename T, typename W, int VEC, bool FP32_SUM>
 cudaError_t launch_fwd(int layout, T* y, T* h, float* rstd, const T* x, const T* res, const W* w, long long rows,
                        int d, float eps, int convention, cudaStream_t s) {
   const int nvec = d / VEC;
@@ -247,11 +289,11 @@ cudaError_t launch_fwd(int layout, T* y, T* h, float* rstd, const T* x, const T*
     const unsigned grid = static_cast<unsigned>((rows + per_block - 1) / per_block);
     if (nvec <= 32) {  // one vector per lane at most
       if (res != nullptr)
-        NORMLAB_LAUNCH(grid, kRowThreads, 0, s, rms_fwd_rows<T, W, VEC, true, 1>)(y, h, rstd, x, res, w, rows, d, lanes, eps, convention);
+        NORMLAB_LAUNCH(grid, kRowThreads, 0, s, rms_fwd_rows<T, W, VEC, true, 1, FP32_SUM>)(y, h, rstd, x, res, w, rows, d, lanes, eps, convention);
       else
         NORMLAB_LAUNCH(grid, kRowThreads, 0, s, rms_fwd_rows<T, W, VEC, false, 1>)(y, h, rstd, x, res, w, rows, d, lanes, eps, convention);
     } else if (res != nullptr) {
-      NORMLAB_LAUNCH(grid, kRowThreads, 0, s, rms_fwd_rows<T, W, VEC, true, kFwdItems>)(y, h, rstd, x, res, w, rows, d, lanes, eps, convention);
+      NORMLAB_LAUNCH(grid, kRowThreads, 0, s, rms_fwd_rows<T, W, VEC, true, kFwdItems, FP32_SUM>)(y, h, rstd, x, res, w, rows, d, lanes, eps, convention);
     } else {
       NORMLAB_LAUNCH(grid, kRowThreads, 0, s, rms_fwd_rows<T, W, VEC, false, kFwdItems>)(y, h, rstd, x, res, w, rows, d, lanes, eps, convention);
     }
@@ -260,19 +302,22 @@ cudaError_t launch_fwd(int layout, T* y, T* h, float* rstd, const T* x, const T*
   const int threads = threads_for(nvec, kFwdItems);
   const unsigned grid = static_cast<unsigned>(rows);
   if (res != nullptr)
-    NORMLAB_LAUNCH(grid, threads, 0, s, rms_fwd_v45<T, W, VEC, true>)(y, h, rstd, x, res, w, d, eps, convention);
+    NORMLAB_LAUNCH(grid, threads, 0, s, rms_fwd_v45<T, W, VEC, true, FP32_SUM>)(y, h, rstd, x, res, w, d, eps, convention);
   else
     NORMLAB_LAUNCH(grid, threads, 0, s, rms_fwd_v45<T, W, VEC, false>)(y, h, rstd, x, res, w, d, eps, convention);
   return cudaGetLastError();
 }
 
 // Checks the arguments, picks the vector width from d and the pointers' alignment, and launches.
+// convention: 0 llama, 1 gemma, plus 2 for the "fp32" residual contract (cuda/ops.h).
 cudaError_t rms_fwd_any(int layout, int x_code, int w_code, void* y, void* h_out, float* rstd, const void* x,
                         const void* res, const void* w, long long rows, int d, float eps, int convention,
                         cudaStream_t s) {
-  if (rows < 0 || rows > kMaxGrid || d < 0 || (convention != 0 && convention != 1)) return cudaErrorInvalidValue;
+  if (rows < 0 || rows > kMaxGrid || d < 0 || convention < 0 || convention > 3) return cudaErrorInvalidValue;
   if ((res == nullptr) != (h_out == nullptr)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
+  const bool fp32_sum = (convention & 2) != 0 && res != nullptr;  // without a residual the contracts agree
+  convention &= 1;
   return with_types(x_code, w_code, [&](auto tx, auto tw) -> cudaError_t {
     using T = typename decltype(tx)::type;
     using W = typename decltype(tw)::type;
@@ -285,8 +330,12 @@ cudaError_t rms_fwd_any(int layout, int x_code, int w_code, void* y, void* h_out
     auto* xp = static_cast<const T*>(x);
     auto* rp = static_cast<const T*>(res);
     auto* wp = static_cast<const W*>(w);
-    if (vec_ok) return launch_fwd<T, W, V>(layout, yp, hp, rstd, xp, rp, wp, rows, d, eps, convention, s);
-    return launch_fwd<T, W, 1>(layout, yp, hp, rstd, xp, rp, wp, rows, d, eps, convention, s);
+    if (fp32_sum) {
+      if (vec_ok) return launch_fwd<T, W, V, true>(layout, yp, hp, rstd, xp, rp, wp, rows, d, eps, convention, s);
+      return launch_fwd<T, W, 1, true>(layout, yp, hp, rstd, xp, rp, wp, rows, d, eps, convention, s);
+    }
+    if (vec_ok) return launch_fwd<T, W, V, false>(layout, yp, hp, rstd, xp, rp, wp, rows, d, eps, convention, s);
+    return launch_fwd<T, W, 1, false>(layout, yp, hp, rstd, xp, rp, wp, rows, d, eps, convention, s);
   });
 }
 
@@ -304,7 +353,7 @@ extern "C" int normlab_rms_fwd(int x_code, int w_code, void* y, void* h_out, flo
 extern "C" int normlab_rms_fwd_layout(int layout, int x_code, int w_code, void* y, float* rstd, const void* x,
                                       const void* w, long long rows, int d, float eps, int convention,
                                       void* stream) {
-  if (layout != kOneRow && layout != kRows) return cudaErrorInvalidValue;
+  if ((layout != kOneRow && layout != kRows) || (convention != 0 && convention != 1)) return cudaErrorInvalidValue;
   return rms_fwd_any(layout, x_code, w_code, y, nullptr, rstd, x, nullptr, w, rows, d, eps, convention,
                      static_cast<cudaStream_t>(stream));
 }

@@ -218,14 +218,12 @@ def _check_out(out, name: str, x: torch.Tensor, inputs: dict) -> None:
 RESIDUAL_CONTRACTS = {"hf": 0, "fp32": 2}  # added to the convention code the op receives (cuda/ops.h)
 
 
-def _contract_bit(residual_contract, x) -> int:
+def _contract_bit(residual_contract) -> int:
+    """The code added to the convention: the CPU and the CUDA kernels implement both contracts."""
     if not isinstance(residual_contract, str):
         raise TypeError(f"residual_contract must be a string, got {type(residual_contract).__name__}")
     if residual_contract not in RESIDUAL_CONTRACTS:
         raise ValueError(f"unknown residual_contract {residual_contract!r}; expected 'hf' or 'fp32'")
-    if residual_contract == "fp32" and x.device.type != "cpu":
-        raise ValueError("residual_contract='fp32' runs on the CPU kernels (and the Triton kernels); the CUDA "
-                         "kernels of this op implement 'hf' only")
     return RESIDUAL_CONTRACTS[residual_contract]
 
 
@@ -249,8 +247,8 @@ def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: flo
         residual_contract: keyword-only, what is normalized when ``residual`` is given: ``"hf"`` (default)
             ``h = round_x(x + residual)``, as a Hugging Face decoder layer computes it; ``"fp32"`` the
             float32 sum ``s = float(x) + float(residual)`` (statistic and output from s), while the
-            residual output is still ``round_x(s)``. ``"fp32"`` runs on the CPU kernels; the backward
-            uses the rounded ``h`` with the forward's rstd.
+            residual output is still ``round_x(s)``. Both run on the CPU and the CUDA kernels; the
+            backward uses the rounded ``h`` with the forward's rstd.
 
     Returns:
         ``y`` of x's shape and dtype, or ``(y, h)`` when ``residual`` is given (``out`` and
@@ -288,7 +286,7 @@ def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: flo
             raise ValueError(f"residual is on {residual.device} but x is on {x.device}")
     if residual_out is not None and residual is None:
         raise ValueError("residual_out is given without a residual")
-    code = CONVENTIONS[convention] + _contract_bit(residual_contract, x)
+    code = CONVENTIONS[convention] + _contract_bit(residual_contract)
     _ensure_device(x)
     args = (x.contiguous(), None if weight is None else weight.contiguous(),
             None if residual is None else residual.contiguous(), eps, code)

@@ -302,7 +302,8 @@ def _norm_bwd_row_stats_kernel(DY, H, W, MEAN, RSTD, C1, C2, C3, d, d_f,
                                IS_RMS: tl.constexpr, GEMMA: tl.constexpr, HAS_W: tl.constexpr,
                                BLOCK: tl.constexpr):
     """Long rows only: per row, c1 = mean(g * xhat) and (LayerNorm) c2 = mean(g) and c3 = mean(h - mean),
-    the correction of the saved mean (one more pass first), read in chunks."""
+    the correction of the saved mean (one more pass first), read in chunks. d_f pinned as in the forward."""
+    d_f = tl.cast(d_f, tl.float32)
     row = tl.program_id(0).to(tl.int64)
     base = row * d
     rstd = tl.load(RSTD + row)
@@ -712,7 +713,6 @@ class TritonRMSNormFunction(torch.autograd.Function):
         y, h, rstd, _ = _fwd(x, weight, None, residual, eps, True, gemma, block_size, res_fp32)
         ctx.save_for_backward(x if h is None else h, weight, rstd)  # backward needs the normalized h
         ctx.gemma, ctx.block_size, ctx.has_residual = gemma, block_size, residual is not None
-        ctx.mark_non_differentiable(rstd)
         return y if h is None else (y, h)
 
     @staticmethod

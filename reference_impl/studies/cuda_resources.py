@@ -32,6 +32,9 @@ TORCH_NVCC_DEFINES = ("-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF_CONVERSI
 REPORT_FLAGS = ("-std=c++17", "-O3", "-arch=sm_90", *TORCH_NVCC_DEFINES)
 COMMAND = "python -m reference_impl.studies.cuda_resources"
 SHORT_TYPES = {"float": "f32", "__half": "f16", "__nv_bfloat16": "bf16", "true": "res", "false": "nores"}
+# The last template argument of these kernels is FP32_SUM (the "fp32" residual contract): "fp32sum" when set,
+# left out when not, so the "hf" kernels keep their names.
+FP32_SUM_KERNELS = ("rms_fwd_v45", "rms_fwd_rows")
 
 
 def nvcc_path() -> Path:
@@ -80,7 +83,10 @@ def short_name(demangled: str) -> str:
     m = re.match(r"(?:void )?(?:normlab::)?(\w+)<(.*?)>\(", demangled)
     if not m:
         return re.sub(r"[^\w\[\],]", "_", demangled)
-    args = [SHORT_TYPES.get(a.strip(), a.strip()) for a in m.group(2).split(",")]
+    raw = [a.strip() for a in m.group(2).split(",")]
+    if m.group(1) in FP32_SUM_KERNELS:
+        raw = raw[:-1] + (["fp32sum"] if raw[-1] == "true" else [])
+    args = [SHORT_TYPES.get(a, a) for a in raw]
     return f"{m.group(1)}[{','.join(args)}]"
 
 

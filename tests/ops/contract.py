@@ -10,7 +10,9 @@ A backend is a namespace of the ``normlab`` schemas and the device its tensors l
 Each thin module ``tests/ops/test_contract_<backend>.py`` binds :class:`ContractTests` (and, where the
 Python entry points dispatch to the backend, :class:`PythonLayerContractTests`) to one backend;
 the checks: shapes and dtypes of every output, values against the float64 oracle within the bounds of
-:mod:`reference_impl.tolerances` for both RMSNorm conventions, with and without gain and residual, LayerNorm
+:mod:`reference_impl.tolerances` for both RMSNorm conventions, with and without gain and residual, both
+residual contracts of the RMSNorm forward ("hf": normalize round_x(x + r); "fp32", convention + 2: normalize
+the float32 sum, including rows that take the pass in double), LayerNorm
 with any parameters, float32 parameter gradients, the out= ops (equal to the allocating ops, and their
 errors), the exception type of every bad argument, empty batches, and bit-identical repeats.
 """
@@ -38,7 +40,6 @@ class Backend:
     device: str
     namespace: str  # "normlab" or "normlab_emu"
     shapes: tuple  # shapes small enough for this backend
-    fp32_residual: bool = False  # takes convention + 2, the "fp32" residual contract (cuda/ops.h)
 
     @property
     def ops(self):
@@ -62,6 +63,24 @@ def _data(shape, dtype, seed, w_dtype="same"):
 
 def _np(t):
     return None if t is None else t.detach().double().cpu().numpy()
+
+
+def _seq_sum_sq(row) -> float:
+    """Sum of squares in double, in element order (the kernels' pass for rows out of the float32 range)."""
+    acc = 0.0
+    for v in row.tolist():
+        acc += v * v
+    return acc
+
+
+def _rms_output(s, rstd, w, convention, dtype):
+    """y from the normalized row s (float32) and rstd with the convention's casts, in float32 torch ops."""
+    t = s * rstd[..., None]
+    if w is None:
+        return t.to(dtype)
+    if convention == "llama":
+        return (t.to(dtype).float() * w.float()).to(dtype)
+    return (t * (1 + w.float())).to(dtype)
 
 
 def _rms_bound(x, w, convention):
@@ -263,19 +282,18 @@ class ContractTests:
     @pytest.mark.parametrize("convention", ["llama", "gemma"])
     @pytest.mark.parametrize("dtype", DTYPES)
     def test_fp32_residual_contract(self, dtype, convention):
-        """convention + 2: rstd and y from the float32 sum s = x + r, residual_out still round_x(s). A
-        backend without it refuses the code with a ValueError."""
+        """convention + 2: rstd and y from the float32 sum s = x + r, residual_out still round_x(s). Every
+        backend implements it (CPU kernels, CUDA kernels, the CUDA kernels under the emulation)."""
         be = self.backend
         code = CONV[convention] + 2
         for i, shape in enumerate(be.shapes):
             x, w, _, _, r = _data(shape, dtype, 90 + i)
             r = r * 4  # a residual stream larger than the update, so that rounding x + r matters
-            if not be.fp32_residual:
-                assert _err(lambda: be.ops.rms_norm_fwd(be.to(x), be.to(w), be.to(r), EPS, code), "fp32") is ValueError
-                return
             y, h, rstd = be.ops.rms_norm_fwd(be.to(x), be.to(w), be.to(r), EPS, code)
             s = x.float() + r.float()
             assert torch.equal(h.cpu(), s.to(dtype)), "the residual output is the rounded sum either way"
+            # the output stage, bit for bit: the convention's casts applied to s and the op's own rstd
+            assert torch.equal(y.cpu(), _rms_output(s, rstd.cpu(), w, convention, dtype)), f"{be.name} y from s {shape}"
             es = oracle.rms_norm_forward(s.double().numpy(), None, EPS)
             ers = 1.0 / (s.double().pow(2).mean(-1).add(EPS).sqrt())
             assert ((rstd.cpu().double() - ers).abs() / ers).max() <= 4 * 2.0 ** -24 * (shape[-1] // 2 + 6)
@@ -289,6 +307,27 @@ class ContractTests:
             # without a residual the contract changes nothing
             y0 = be.ops.rms_norm_fwd(be.to(x), be.to(w), None, EPS, code)[0]
             assert torch.equal(y0, be.ops.rms_norm_fwd(be.to(x), be.to(w), None, EPS, CONV[convention])[0])
+
+    @pytest.mark.guards("ops.residual_contract")
+    @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+    def test_fp32_residual_contract_on_rows_that_leave_the_float32_range(self, dtype):
+        """Rows whose float32 sum of squares overflows take the pass in double: under the fp32 contract it
+        too reads s = x + r (not the rounded h), summed in element order, so every backend gives the same
+        bits, and s's own RMS sets the scale."""
+        be = self.backend
+        x, w, _, _, r = _data((3, 33), dtype, 95)
+        x, r = (x * 2.0 ** 70).to(dtype), (r * 2.0 ** 72).to(dtype)  # squares above the float32 range
+        for conv in CONV.values():
+            y, h, rstd = be.ops.rms_norm_fwd(be.to(x), be.to(w), be.to(r), 0.0, conv + 2)
+            s = x.float() + r.float()
+            ers = torch.tensor([1.0 / math.sqrt(_seq_sum_sq(row) / row.numel()) for row in s.double()],
+                               dtype=torch.float64)
+            assert torch.equal(rstd.cpu(), ers.float()), "the double pass rounds rstd once"
+            assert torch.equal(h.cpu(), s.to(dtype))
+            t = (s.double() * ers[:, None]).float()  # each product rounded once from double
+            gain = w.float() if conv == 0 else 1 + w.float()
+            want = (t.to(dtype).float() * gain).to(dtype) if conv == 0 else (t * gain).to(dtype)
+            assert torch.equal(y.cpu(), want), (be.name, conv)
 
     def test_bad_arguments_raise_type_or_value_errors(self):
         for what, (etype, fn) in self._bad_calls().items():

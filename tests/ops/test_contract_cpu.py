@@ -9,5 +9,4 @@ pytestmark = pytest.mark.guards("ops.contract", "fused.bad_input", "fused.out", 
 
 
 class TestCpuContract(ContractTests, PythonLayerContractTests):
-    backend = Backend("cpu", "cpu", "normlab", shapes=((1, 1), (3, 7), (2, 3, 33), (4, 1000), (2, 4099)),
-                      fp32_residual=True)
+    backend = Backend("cpu", "cpu", "normlab", shapes=((1, 1), (3, 7), (2, 3, 33), (4, 1000), (2, 4099)))

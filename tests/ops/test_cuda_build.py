@@ -164,10 +164,12 @@ def test_resource_report_matches_the_current_sources():
     families = {k.split("[")[0] for k in data["kernels"]}
     assert families == {"rms_fwd_v1", "rms_fwd_v2", "rms_fwd_v3", "rms_fwd_v45", "rms_fwd_rows", "rms_bwd_kernel",
                         "ln_fwd_kernel", "ln_bwd_kernel", "column_sum"}
-    # five (x, weight) dtype pairs per templated kernel, two vector widths and two residual modes for v45
-    # and for the several-rows-per-block version 6, in two register budgets (1 or kFwdItems vectors a lane)
-    assert sum(k.startswith("rms_fwd_v45[") for k in data["kernels"]) == 5 * 2 * 2
-    assert sum(k.startswith("rms_fwd_rows[") for k in data["kernels"]) == 5 * 2 * 2 * 2
+    # five (x, weight) dtype pairs per templated kernel, two vector widths and three residual modes (none,
+    # "hf", "fp32" sum) for v45 and for the several-rows-per-block version 6, in two register budgets (1 or
+    # kFwdItems vectors a lane)
+    assert sum(k.startswith("rms_fwd_v45[") for k in data["kernels"]) == 5 * 2 * 3
+    assert sum(k.startswith("rms_fwd_rows[") for k in data["kernels"]) == 5 * 2 * 3 * 2
+    assert sum(k.endswith(",fp32sum]") for k in data["kernels"]) == 5 * 2 + 5 * 2 * 2
     t = data["totals"]
     assert t["kernels"] == len(data["kernels"])
     assert t["max_registers"] == max(k["registers"] for k in data["kernels"].values())

@@ -1,6 +1,7 @@
 """The residual contract at the entry points: ``residual_contract="hf"`` (normalize round_x(x + r), the
-default) or ``"fp32"`` (normalize the float32 sum, return it rounded), for the CPU op and the Triton kernels
-(under the interpreter, in a worker process). The op-level contract is in tests/ops/contract.py."""
+default) or ``"fp32"`` (normalize the float32 sum, return it rounded), for the CPU op, the CUDA kernels under
+the emulation and the Triton kernels (under the interpreter, in a worker process). The op-level contract is in
+tests/ops/contract.py."""
 from __future__ import annotations
 
 import json
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from reference_impl import tolerances as tol
 from reference_impl.ops import fused_rms_norm
+from reference_impl.ops.build import load_emulation_library
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.guards("ops.residual_contract")
@@ -57,9 +60,53 @@ def test_bad_residual_contract_is_a_clear_error():
         fused_rms_norm(x, w, residual=r, residual_contract="fp16")
 
 
+# widths: version 6 (several rows to a block; odd 7 and 33 take scalar accesses, 128 vectors), version 4/5
+# with registers (1000, 1001) and streaming (rows longer than 512 threads x 8 vectors)
+_WIDTHS = (7, 33, 128, 1000, 1001, 4104, 32776, 16385)
+
+
+@pytest.mark.parametrize("convention", ["llama", "gemma"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_emulated_cuda_kernels_implement_the_fp32_contract(dtype, convention):
+    """The CUDA kernels (glue, launchers and kernels run on CPU threads by the emulation) against the CPU
+    kernels, both under the fp32 contract. The float32 sum of squares is added in another order on the two
+    (as under "hf"), so rstd may differ in its last bit; everything else is exact: h bit for bit, y bit for
+    bit from s and the kernel's own rstd, and for odd widths (scalar accesses on both) rstd bit for bit
+    against the same CUDA kernel fed the float32 sum s as x without a residual."""
+    load_emulation_library()
+    emu, cpu = torch.ops.normlab_emu, torch.ops.normlab
+    code = {"llama": 0, "gemma": 1}[convention]
+    for d in _WIDTHS:
+        rows = 2 if d > 5000 else 5
+        g = torch.Generator().manual_seed(d)
+        x = torch.randn(rows, d, generator=g).to(dtype)
+        r = (4 * torch.randn(rows, d, generator=g)).to(dtype)
+        w = (0.1 * torch.randn(d, generator=g) + (1 if convention == "llama" else 0)).to(dtype)
+        s = x.float() + r.float()
+        y, h, rstd = emu.rms_norm_fwd(x, w, r, 1e-6, code + 2)
+        yc, hc, rc = cpu.rms_norm_fwd(x, w, r, 1e-6, code + 2)
+        assert torch.equal(h, s.to(dtype)) and torch.equal(h, hc), d
+        t = s * rstd[:, None]
+        gain = w.float() if convention == "llama" else 1 + w.float()
+        want = (t.to(dtype).float() * gain).to(dtype) if convention == "llama" else (t * gain).to(dtype)
+        assert torch.equal(y, want), d
+        assert ((rstd.double() - rc.double()).abs() / rc.double()).max() <= 4 * 2.0 ** -24 * (d // 2 + 6), d
+        bound = tol.convention_forward_bound(s, w, 1e-6, convention, x_dtype=dtype, w_dtype=dtype)
+        tol.assert_within(y, yc.double().numpy(), 2 * bound, f"emulated fp32 contract vs CPU, d={d}")
+        if d % 2:
+            assert torch.equal(rstd, emu.rms_norm_fwd(s, None, None, 1e-6, code)[2]), d
+        y_hf = emu.rms_norm_fwd(x, w, r, 1e-6, code)[0]
+        if dtype == torch.float32:
+            assert torch.equal(y, y_hf), "round_x(s) = s in float32: the contracts are one computation"
+        else:
+            assert not torch.equal(y, y_hf), f"the contracts should differ in half precision, d={d}"
+
+
 _WORKER = r"""
 import json, torch
+from reference_impl import tolerances as tol
 from reference_impl.ops import fused_rms_norm
+from reference_impl.ops.build import load_emulation_library
 from reference_impl.ops.triton_norm import triton_rms_norm
 out = {}
 g = torch.Generator().manual_seed(4)

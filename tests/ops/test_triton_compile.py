@@ -123,3 +123,121 @@ def test_compile_traces_into_the_triton_op(dtype):
     assert any("_norm_fwd_kernel" in c for c in code), "Inductor did not launch the user kernel itself"
     for a, b in zip(eager, compiled):
         assert torch.equal(a, b)
+
+
+_BWD_WORKER = r"""
+import json
+import numpy as np
+import torch
+import triton.language as tl
+from triton.runtime.interpreter import TensorHandle
+from reference_impl import oracle, tolerances as tol
+from reference_impl.conventions import effective_gain
+from reference_impl.ops import triton_library as tlib, triton_norm as tn
+
+def f64(v):
+    return tl.tensor(TensorHandle(np.array([v], dtype=np.float64), tl.float64), tl.float64)
+
+out = {}
+g = torch.Generator().manual_seed(5)
+for dname, dt in (("float32", torch.float32), ("bfloat16", torch.bfloat16), ("float16", torch.float16)):
+    for d in (7, 1000, 9000):   # a short row, one tile, and a row read in chunks (row statistics kernel)
+        for conv, contract in (("llama", "hf"), ("gemma", "fp32")):
+            x = torch.randn(3, d, generator=g).to(dt)
+            r = (4 * torch.randn(3, d, generator=g)).to(dt)
+            w = (0.1 * torch.randn(d, generator=g) + (1 if conv == "llama" else 0)).to(dt)
+            dy = torch.randn(3, d, generator=g).to(dt)
+            leaves = [t.clone().requires_grad_(True) for t in (x, r, w)]
+            y, h = tlib.rms_norm(leaves[0], leaves[2], 1e-6, residual=leaves[1], convention=conv,
+                                 residual_contract=contract)
+            grads = torch.autograd.grad((y.float() * dy.float()).sum() + h.float().sum(), leaves)
+            ref = [t.clone().requires_grad_(True) for t in (x, r, w)]
+            y2, h2 = tn.triton_rms_norm(ref[0], ref[2], 1e-6, residual=ref[1], convention=conv,
+                                        residual_contract=contract)
+            grads2 = torch.autograd.grad((y2.float() * dy.float()).sum() + h2.float().sum(), ref)
+            # the backward op alone (dy only), against the float64 oracle at the rounded h
+            _, _, rstd = tlib.rms_norm_fwd(x, w, r, 1e-6, conv)
+            dh, dw = torch.ops.normlab_triton.rms_norm_bwd(dy, h.detach(), w, rstd, conv == "gemma")
+            gain = effective_gain(w, conv).double().numpy()
+            edx, edw = oracle.rms_norm_backward(dy.double().numpy(), h.detach().double().numpy(), gain, 1e-6)
+            bdx, bdw = tol.convention_backward_bounds(dy, h.detach(), w, 1e-6, conv)
+            ok_dx = bool(np.all(np.abs(dh.double().numpy() - edx) <= bdx))
+            ok_dw = bool(np.all(np.abs(dw.double().numpy() - edw) <= bdw))
+            # the chunked backward's statistics kernel with d as a float64 scalar, as Inductor passes it
+            c1 = [torch.empty(3) for _ in range(2)]
+            for scalar, c in zip((float, f64), c1):
+                block, single, _, nw = tn._settings(d, 256)
+                tn._norm_bwd_row_stats_kernel[(3,)](dy, h.detach(), w, rstd, rstd, c, c, c, d, scalar(float(d)),
+                                                    IS_RMS=True, GEMMA=conv == "gemma", HAS_W=True, BLOCK=block,
+                                                    num_warps=nw)
+            out[f"{dname}-{d}-{conv}-{contract}"] = {
+                "y_equal": bool(torch.equal(y, y2)), "h_equal": bool(torch.equal(h, h2)),
+                "grads_equal": [bool(torch.equal(a, b)) for a, b in zip(grads, grads2)],
+                "dx_within_bound": ok_dx, "dw_within_bound": ok_dw,
+                "stats_f64_same": bool(torch.equal(c1[0], c1[1])),
+            }
+print("RESULT " + json.dumps(out))
+"""
+
+
+@pytest.mark.guards("conformance.triton_fp32_scalars", "conformance.triton_compile")
+def test_backward_op_matches_the_eager_kernels_and_the_oracle():
+    """Under the interpreter: the triton ops' forward and backward (through register_autograd) give the bits
+    of the eager autograd.Function for every dtype, both conventions and both residual contracts, on a short
+    row, one tile and a chunked row; the backward op alone is within the float64 oracle's bounds; and the
+    backward's statistics kernel gives the same bits with d passed as a float64 scalar."""
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", _BWD_WORKER], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1][len("RESULT "):])
+    assert len(res) == 18
+    for case, r in res.items():
+        assert r["y_equal"] and r["h_equal"] and all(r["grads_equal"]), (case, r)
+        assert r["dx_within_bound"] and r["dw_within_bound"], (case, r)
+        assert r["stats_f64_same"], case
+
+
+def test_every_triton_kernel_pins_its_float_scalars():
+    """Each kernel that takes d_f (or eps) casts it to float32 before use."""
+    src = (REPO / "reference_impl" / "ops" / "triton_norm.py").read_text()
+    for name in ("_norm_fwd_kernel", "_norm_bwd_row_stats_kernel", "_norm_bwd_kernel"):
+        start = src.index(f"def {name}")
+        body = src[start:src.index("row", src.index('"""', src.index('"""', start) + 3))]
+        assert "d_f = tl.cast(d_f, tl.float32)" in body, name
+
+
+@pytest.mark.gpu
+@pytest.mark.guards("conformance.triton_compile")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compile_traces_forward_and_backward_of_the_triton_ops(dtype):
+    """A compiled training step (forward and backward): Inductor launches the user kernels of both ops
+    itself, and the outputs and gradients are the eager bits."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    from torch._inductor.utils import run_and_get_code
+
+    from reference_impl.ops import triton_library as tlib
+
+    g = torch.Generator(device="cuda").manual_seed(2)
+    x = torch.randn(64, 4096, device="cuda", generator=g).to(dtype)
+    r = torch.randn(64, 4096, device="cuda", generator=g).to(dtype)
+    w = (1 + 0.1 * torch.randn(4096, device="cuda", generator=g)).to(dtype)
+
+    def f(x, r, w):
+        y, h = tlib.rms_norm(x, w, 1e-6, residual=r)
+        return (y.float() * 2).sum() + h.float().sum(), y, h
+
+    def step(fn):
+        leaves = [t.detach().requires_grad_(True) for t in (x, r, w)]
+        loss, y, h = fn(*leaves)
+        loss.backward()  # the backward graph Inductor compiled from the op's autograd formula
+        return y, h, *(t.grad for t in leaves)
+
+    eager = step(f)
+    torch._dynamo.reset()
+    compiled, code = run_and_get_code(step, torch.compile(f, fullgraph=True))
+    assert any("_norm_fwd_kernel" in c for c in code) and any("_norm_bwd_kernel" in c for c in code)
+    for a, b in zip(eager, compiled):
+        assert torch.equal(a, b)
