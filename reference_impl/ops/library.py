@@ -15,8 +15,8 @@ Numerics (see ``cuda/ops.cpp`` for the op-level contract):
 - x of dtype float32, bfloat16 or float16 (float64 is refused: use :func:`reference_impl.rms_norm`); the
   weight (and bias) of x's dtype or float32. Statistics and all arithmetic in float32; outputs in x's dtype.
 - eps inside the square root. Forward saves only the per-row ``rstd`` (float32) besides its input.
-- A row whose float32 sum of squares overflows (elements above about 2**64) or underflows (all below about
-  2**-63, which matters with eps = 0) is summed again in double; every other row pays one comparison.
+- A row whose float32 sum of squares overflows (elements above about `2**64`) or underflows (all below about
+  `2**-63`, which matters with eps = 0) is summed again in double; every other row pays one comparison.
 - RMSNorm conventions: ``"llama"``: ``y = round_x(round_x(x * rstd) * weight)`` (Hugging Face
   ``LlamaRMSNorm``: normalize in fp32, cast to x's dtype, then multiply by the weight);
   ``"gemma"``: ``y = round_x((x * rstd) * (1 + weight))`` computed in fp32 and cast once.
