@@ -213,3 +213,22 @@ def test_the_committed_run_holds_short_rows_qk_norm_and_its_machines_targets():
     assert {"short_rows", "qk_forward", "qk_forward_backward"} <= kinds
     tiles = {r["tile_bytes"] for r in BENCH["results"] if "tile_bytes" in r}
     assert tiles == set(groups.TILE_SETTINGS)
+
+
+def test_the_plots_draw_every_group_with_legends_inside(tmp_path):
+    """The short-row plot and the opening plot from a file holding every group (records made up from the
+    committed ones: this checks the drawing, legends and widths, not figures)."""
+    data = json.loads(json.dumps(BENCH))
+    data["settings"]["short_shapes"] = [list(s) for s in groups.SHORT_SHAPES]
+    data["settings"]["tile_default_bytes"] = groups.default_tile_bytes()
+    template = next(r for r in data["results"] if "gbps" in r)
+    for dn in data["settings"]["dtypes"]:
+        for rows, d in groups.SHORT_SHAPES:
+            for i, impl in enumerate(groups.GROUP_IMPLS["short_rows"]):
+                g = 10.0 + i
+                data["results"].append({**template, "allocator": "glibc", "mode": "short_rows", "dtype": dn, "rows": rows,
+                                        "hidden": d, "impl": impl, "gbps": g, "gbps_min": g - 1, "gbps_max": g + 1,
+                                        "ratio_copy": g / 10.0})
+    written = bench.plot(data, tmp_path)
+    for name in ("cpu_short_rows", "cpu_answer", "cpu_forward_out_glibc"):
+        assert {f"{name}.svg", f"{name}-dark.svg"} <= set(written), name

@@ -100,8 +100,7 @@ def run(args) -> dict:
     data["tables"]["first_touch"] = first_touch_table(first_touch_all)
     data["tables"]["ort_support"] = ort_table(data["ort_dtype_support"], dtypes)
     finish(prov)
-    if args.plots is not None:
-        data["plots"] = plot(data, args.plots)
+    data["plots"] = []  # drawn by main() once the measurement is safely on disk
     return data
 
 
@@ -174,6 +173,8 @@ def main(argv=None) -> int:
         p.error("--shapes takes ROWSxHIDDEN,... e.g. 4096x1024,16384x4096")
     data = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(data, indent=1) + "\n")  # first without plots: a plot error loses no run
+    data["plots"] = plot(data, args.plots)
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     for dname, t in data["targets"].items():
         c = t["forward_out_vs_copy"]

@@ -61,9 +61,9 @@ def default_tile_bytes() -> int:
 
 
 GROUP_LABELS = {
-    "fused_rms_norm_tile0": "fused_rms_norm, NORMLAB_CPU_TILE=0 (row at a time)",
-    "fused_rms_norm_tile512": "fused_rms_norm, NORMLAB_CPU_TILE=512",
-    "fused_rms_norm_tile4096": "fused_rms_norm, NORMLAB_CPU_TILE=4096",
+    "fused_rms_norm_tile0": "this op, tile 0 (row at a time)",
+    "fused_rms_norm_tile512": "this op, tile 512 B",
+    "fused_rms_norm_tile4096": "this op, tile 4096 B",
     "fused_qk_norm": "fused_qk_norm (this op)",
     "hf_qwen3_rms_norm": "Qwen3RMSNorm per head (eager)",
     "compiled_qwen3_rms_norm": "torch.compile(Qwen3RMSNorm)",
