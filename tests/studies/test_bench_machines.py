@@ -232,3 +232,34 @@ def test_the_plots_draw_every_group_with_legends_inside(tmp_path):
     written = bench.plot(data, tmp_path)
     for name in ("cpu_short_rows", "cpu_answer", "cpu_forward_out_glibc"):
         assert {f"{name}.svg", f"{name}-dark.svg"} <= set(written), name
+
+
+def _expand(text: str) -> str:
+    import sys
+
+    sys.path.insert(0, str(REPO))
+    from site_hooks import hooks  # noqa: F401  (registers every macro)
+    from site_hooks.macros import PageContext, expand
+
+    return expand(text, PageContext("performance.md"))
+
+
+@pytest.mark.guards("bench.page")
+def test_the_page_lists_every_machine_and_says_when_a_section_predates_the_run(monkeypatch):
+    table = _expand('{{ bench_machines() }}').split("\n")
+    assert len(table) == 2 + len(archive.archived())
+    assert any("earlier kernels" in line and "Intel" in line for line in table)
+    from site_hooks import bench as site_bench
+
+    fake = {**BENCH, "short_rows": {"rows": [{"dtype": "float32", "shape": "65536x128", "fused_rms_norm_ratio": 0.85}]}}
+    fake.pop("qk_norm", None)
+    monkeypatch.setattr(site_bench, "load", lambda name: fake)
+    monkeypatch.setattr("site_hooks.data.load", lambda name: fake)
+    got = _expand('{{ bench_rows("short_rows.rows", "shape|rows x d", "fused_rms_norm_ratio|/ copy|.2f") }}')
+    assert got.split("\n")[2] == "| 65536x128 | 0.85 |"
+    assert "predates this part of the benchmark (`qk_norm`)" in _expand('{{ bench_rows("qk_norm.rows", "dtype|dtype") }}')
+
+
+def test_a_macro_alone_on_an_indented_line_keeps_its_table_in_the_block():
+    got = _expand('??? note "x"\n    {{ bench_table([("a",), ("b",)], ("k", "={row[0]}")) }}\n')
+    assert got.split("\n")[1:5] == ["    | k |", "    |---|", "    | a |", "    | b |"]

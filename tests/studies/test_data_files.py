@@ -276,8 +276,8 @@ def test_bench_comparisons_and_targets_follow_from_the_timings():
     identity = BENCH["provenance"]["machine"].get("cpu_identity")
     fresh = json.loads(json.dumps(bench.analyse(results, allocs, shapes, BENCH["settings"]["dtypes"], identity)))
     for key in ("comparisons", "targets", "advice", "short_rows", "qk_norm", "machine_targets"):
-        if key not in fresh and key not in BENCH:
-            continue  # a run that predates the section (test_bench_file_holds_... says so)
+        if key not in BENCH and key in ("short_rows", "qk_norm", "machine_targets"):
+            continue  # a run that predates the section (test_bench_machines.py's test of the committed run fails)
         diffs = _compare(BENCH.get(key), fresh.get(key), key)
         assert not diffs, "\n".join(diffs[:20])
     assert _compare(BENCH["results"], results, "results") == []  # ratios to the ceilings too

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from ... import oracle
 from ... import tolerances as tol
 from ...ops import library as fused
-from .cases import DTYPES, EPS, REPO, Unavailable, plain_rms_norm
+from .cases import DTYPES, EPS, REPO, Unavailable
 
 SHORT_SHAPES = [(131072, 64), (65536, 128), (32768, 256)]
 QUICK_SHORT_SHAPES = [(1024, 64)]
@@ -113,7 +113,6 @@ def case_env(case) -> _Env:
 
 # ------------------------------------------------------------------------------------------ implementations
 
-_compiled_short = torch.compile(plain_rms_norm, dynamic=False)
 
 
 def _qwen3(d: int, w: torch.Tensor):
