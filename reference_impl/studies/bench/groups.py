@@ -68,8 +68,8 @@ GROUP_LABELS = {
     "hf_qwen3_rms_norm": "Qwen3RMSNorm per head (eager)",
     "compiled_qwen3_rms_norm": "torch.compile(Qwen3RMSNorm)",
 }
-GROUP_COLORS = {"fused_rms_norm_tile0": "#9ecae1", "fused_rms_norm_tile512": "#3182bd",
-                "fused_rms_norm_tile4096": "#08519c", "fused_qk_norm": "tab:blue",
+GROUP_COLORS = {"fused_rms_norm_tile0": "#c5b0d5", "fused_rms_norm_tile512": "tab:purple",
+                "fused_rms_norm_tile4096": "#54278f", "fused_qk_norm": "tab:blue",
                 "hf_qwen3_rms_norm": "tab:red", "compiled_qwen3_rms_norm": "tab:green"}
 
 
