@@ -179,6 +179,10 @@ def main(argv=None) -> int:
     for dname, t in data["targets"].items():
         c = t["forward_out_vs_copy"]
         print(f"{dname:9s} forward_out / copy: {c['met']}/{c['shapes']} shapes >= 0.9 (worst {c['worst']})")
+    for e in data.get("machine_targets", {}).get("entries", []):
+        if e["count"]:
+            print(f"{e['dtype']:9s} {e['target']} ({e['impl']}) >= {e['threshold']:g}: {e['met']}/{e['count']} shapes "
+                  f"(worst {e['worst']:.2f} at {e['worst_shape']}; cache-resident: {e['cache_resident_shapes'] or 'none'})")
     print(f"wrote {args.out} in {data['provenance']['duration_s']} s")
     _archive(data, args.out)
     return 0
