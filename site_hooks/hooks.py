@@ -11,7 +11,7 @@ from mkdocs.exceptions import PluginError  # noqa: E402
 from site_hooks import adoption, data, guards, ledger, mathsvg, placements, plots, wording  # noqa: E402,F401  (registers macros)
 from site_hooks.macros import MacroError, PageContext, expand  # noqa: E402
 
-from site_hooks import catalog, formulas, tables  # noqa: E402,F401  (catalog, formula and table macros)
+from site_hooks import bench, catalog, formulas, tables  # noqa: E402,F401  (benchmark, catalog, formula and table macros)
 
 
 def on_pre_build(config):

@@ -44,6 +44,13 @@ def expand(markdown: str, ctx: PageContext) -> str:
             args = ast.literal_eval(f"({raw},)") if raw.strip() else ()
         except (ValueError, SyntaxError) as exc:
             raise MacroError(f"{ctx.src_path}: cannot parse arguments of {m.group(0)!r}: {exc}") from exc
-        return str(HANDLERS[name](ctx, *args))
+        out = str(HANDLERS[name](ctx, *args))
+        # a macro alone on an indented line (inside a collapsed block, a list item) keeps its later lines
+        # at that indentation, so a multi-line table stays inside the block
+        line_start = markdown.rfind("\n", 0, m.start()) + 1
+        prefix = markdown[line_start:m.start()]
+        if prefix and not prefix.strip() and "\n" in out:
+            out = out.replace("\n", "\n" + prefix)
+        return out
 
     return MACRO_RE.sub(repl, markdown)

@@ -35,12 +35,13 @@ bytes. Writes ``docs/data/bench_cpu.json`` and SVG plots under ``docs/data/plots
 
 The command is split by stage: :mod:`.cases` (settings and implementations), :mod:`.measure` (the timed
 loop, workers), :mod:`.analyse` (verdicts, targets, advice), :mod:`.render` (tables, plots) and
-:mod:`.cli` (the command). This package re-exports their names.
+:mod:`.cli` (the command); :mod:`.groups` (the short-row and QK-norm groups), :mod:`.limits` (the targets
+of one machine) and :mod:`.archive` (one file per machine measured). This package re-exports their names.
 """
 from __future__ import annotations
 
-from . import analyse, cases, cli, measure, render
+from . import analyse, archive, cases, cli, groups, limits, measure, render
 
-for _module in (cases, measure, render, analyse, cli):
+for _module in (cases, groups, measure, limits, render, analyse, archive, cli):
     globals().update({k: v for k, v in vars(_module).items() if not k.startswith("__") and k != "annotations"})
 del _module

@@ -8,6 +8,8 @@ import statistics
 from .measure import verdict
 from .cases import ALLOCATORS, BLOCK_ALLOCATOR, IMPLS, LABELS, MODES, ORT_OPS, OUT_MODE_ALLOCATOR, RMS_NORMS
 from .render import _index, tables
+from .groups import GROUP_MODES
+from .limits import CEILING_MODES, GROUP_PAIRS, ceiling_key, machine_targets, qk_summary, short_rows_summary
 
 def _ratio_stats(a: dict, b: dict) -> dict:
     """Speed of a relative to b (t_b / t_a), with the separation verdict from the rounds' spread."""
@@ -17,15 +19,16 @@ def _ratio_stats(a: dict, b: dict) -> dict:
             "label": verdict(a["round_median_s"], b["round_median_s"])}
 
 
-def analyse(results: list[dict], allocators: list[str], shapes, dtypes) -> dict:
-    """Ratios against the ceilings, comparisons with separation labels, and the targets, from one run."""
+def analyse(results: list[dict], allocators: list[str], shapes, dtypes, identity: dict | None = None) -> dict:
+    """Ratios against the ceilings, comparisons with separation labels, and the targets, from one run; with
+    the machine's identity (cpu_identity), the targets of that machine (limits.machine_targets) too."""
     idx = _index(results)
     ceiling = {}
     for r in results:
-        if r["mode"] == "forward_out" and r["impl"] in ("copy", "stream_copy") and "gbps" in r:
-            ceiling.setdefault((r["dtype"], r["rows"], r["hidden"]), {})[r["impl"]] = r["gbps"]
+        if r["mode"] in CEILING_MODES and r["impl"] in ("copy", "stream_copy") and "gbps" in r:
+            ceiling.setdefault(ceiling_key(r), {})[r["impl"]] = r["gbps"]
     for r in results:
-        c = ceiling.get((r["dtype"], r["rows"], r["hidden"]), {})
+        c = ceiling.get(ceiling_key(r), {})
         if "gbps" in r and "copy" in c:
             r["ratio_copy"] = r["gbps"] / c["copy"]
             r["ratio_best_ceiling"] = r["gbps"] / max(c.values())
@@ -38,7 +41,8 @@ def analyse(results: list[dict], allocators: list[str], shapes, dtypes) -> dict:
                                ("fused_layer_norm", "F.layer_norm"), ("fused_layer_norm", "ort_layer_normalization"),
                                ("fused_rms_norm", "clone")],
              "forward_backward": [("fused_rms_norm", "compiled_rms_norm"), ("fused_rms_norm", "F.rms_norm"),
-                                  ("fused_layer_norm", "F.layer_norm"), ("fused_rms_norm", "fused_layer_norm")]}
+                                  ("fused_layer_norm", "F.layer_norm"), ("fused_rms_norm", "fused_layer_norm")],
+             **GROUP_PAIRS}
     for (alloc, mode, dname, rows, d, impl), a in idx.items():
         for x, y in pairs.get(mode, ()):
             if impl == x and (alloc, mode, dname, rows, d, y) in idx:
@@ -48,6 +52,11 @@ def analyse(results: list[dict], allocators: list[str], shapes, dtypes) -> dict:
            "advice": advice(idx, allocators, shapes, dtypes)}
     out["tables"] = tables(idx, comparisons, out["targets"], allocators, shapes, dtypes)
     out["ln_vs_rms"] = ln_vs_rms(idx, comparisons, allocators, shapes, dtypes)
+    if any(r["mode"] in GROUP_MODES for r in results):
+        out["short_rows"] = short_rows_summary(idx, comparisons, dtypes, identity)
+        out["qk_norm"] = qk_summary(idx, comparisons, dtypes)
+    if identity is not None:
+        out["machine_targets"] = machine_targets(idx, identity, allocators, dtypes)
     return out
 
 

@@ -19,6 +19,8 @@ REPO = Path(__file__).resolve().parents[3]
 DATA = REPO / "docs" / "data"
 OUT = DATA / "bench_cpu.json"
 PLOTS = DATA / "plots"
+QUICK_OUT = REPO / "build" / "bench_cpu_quick.json"  # a smoke run's file and plots: never the committed ones
+QUICK_PLOTS = REPO / "build" / "bench_quick_plots"
 COMMAND = "python -m reference_impl.studies.bench"
 # what changes the numbers: the CPU kernels and op schemas (comments stripped), the build flags, the Python
 # entry points and autograd of the ops that are timed, the implementations (this module) and the timed loop
@@ -26,7 +28,8 @@ COMMAND = "python -m reference_impl.studies.bench"
 SOURCES = (sorted(p.relative_to(REPO).as_posix() for p in (REPO / "cuda" / "cpu").glob("*") if p.suffix in (".cpp", ".h"))
            + ["cuda/op_checks.h", "cuda/ops.cpp", "cuda/ops.h", "reference_impl/ops/build.py",
               "reference_impl/ops/library.py", "reference_impl/ops/autograd.py",
-              "reference_impl/studies/bench/cases.py", "reference_impl/studies/bench/measure.py"])
+              "reference_impl/studies/bench/cases.py", "reference_impl/studies/bench/groups.py",
+              "reference_impl/studies/bench/measure.py"])
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 SHAPES = [(4096, 1024), (4096, 4096), (4096, 8192), (16384, 4096)]
@@ -254,7 +257,7 @@ def min_bytes(rows: int, d: int, dtype: torch.dtype, mode: str, impl: str) -> in
     b = torch.empty((), dtype=dtype).element_size()
     n = rows * d
     params = 0 if impl in CEILINGS else (2 if impl in LAYER_NORMS else 1) * d * b
-    if mode == "forward_backward":
+    if mode.endswith("forward_backward"):  # forward_backward, qk_forward_backward
         return 5 * n * b + 2 * params  # parameters read in both passes, their gradients written
     return 2 * n * b + params
 

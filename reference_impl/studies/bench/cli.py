@@ -14,10 +14,13 @@ from ...provenance import finish, record
 from ...provenance import source_hash as pv_source_hash
 from .cases import (ALLOCATORS, BLOCK_ALLOCATOR, COMMAND, DEFAULT_REPEATS, DTYPES, EPS, FIRST_TOUCH_SHAPE,
                     IMPLS, LABELS, LN_EPS, MAX_CALLS, MAX_LOAD, MODES, OUT, OUT_MODE_ALLOCATOR, PLOTS,
-                    QUICK_SHAPES, REPO, ROUND_BUDGET_S, SHAPES, SOURCES, WAIT_S, has_out_parameter)
+                    QUICK_OUT, QUICK_PLOTS, QUICK_SHAPES, REPO, ROUND_BUDGET_S, SHAPES, SOURCES, WAIT_S, has_out_parameter)
 from .measure import allocator_available, flop_summary, run_worker, wait_for_quiet, worker
+from .groups import (GROUP_IMPLS, GROUP_LABELS, QK_ALLOCATOR, QK_SHAPES, QUICK_QK_SHAPES, QUICK_SHORT_SHAPES,
+                     SHORT_SHAPES, TILE_IMPLS, default_tile_bytes)
 from .render import first_touch_table, ort_table, plot, status_text
 from .analyse import analyse, ort_support
+from . import archive
 from reference_impl.studies.machine import cpu_identity, cpu_kernel_path, machine_key
 
 def run(args) -> dict:
@@ -45,6 +48,9 @@ def run(args) -> dict:
             print(f"\n*** bench: ALLOCATOR {name!r} SKIPPED: {why} ***\n", file=sys.stderr, flush=True)
     if OUT_MODE_ALLOCATOR not in allocs:
         raise SystemExit(f"bench: the {OUT_MODE_ALLOCATOR!r} setting must be measured (it holds the ceilings)")
+    qk_alloc = QK_ALLOCATOR if QK_ALLOCATOR in allocs else OUT_MODE_ALLOCATOR
+    short = QUICK_SHORT_SHAPES if quick else SHORT_SHAPES
+    qk = QUICK_QK_SHAPES if quick else QK_SHAPES
     results, workers = [], {}
     bar = tqdm(allocs, desc="bench (one worker per allocator)", unit="allocator", file=sys.stderr)
     for alloc in bar:
@@ -53,7 +59,10 @@ def run(args) -> dict:
                "repeats": repeats, "quick": quick,
                "first_touch": list(QUICK_SHAPES[0] if quick else FIRST_TOUCH_SHAPE),
                "block": (alloc == BLOCK_ALLOCATOR or (quick and alloc == allocs[-1])) and not args.no_block,
-               "block_steps": args.block_steps}
+               "block_steps": args.block_steps,
+               "groups": {**({"short_rows": [list(s) for s in short]} if alloc == OUT_MODE_ALLOCATOR else {}),
+                          **({m: [list(s) for s in qk] for m in ("qk_forward", "qk_forward_backward")}
+                             if alloc == qk_alloc else {})}}
         t0 = time.monotonic()
         w = run_worker(alloc, job)
         w["duration_s"] = round(time.monotonic() - t0, 1)
@@ -71,7 +80,11 @@ def run(args) -> dict:
                      "out_mode_allocator": OUT_MODE_ALLOCATOR, "block_allocator": BLOCK_ALLOCATOR,
                      "fused_has_out": {f: has_out_parameter(getattr(fused, f)) for f in ("fused_rms_norm", "fused_layer_norm")},
                      "bytes": "forward 2*N*b, forward+backward 5*N*b, plus parameters",
-                     "separation": "faster: every round of the faster one beats every round of the other"},
+                     "separation": "faster: every round of the faster one beats every round of the other",
+                     "short_shapes": [list(s) for s in short], "qk_shapes": [list(s) for s in qk],
+                     "qk_allocator": qk_alloc, "group_impls": {m: list(v) for m, v in GROUP_IMPLS.items()},
+                     "group_labels": GROUP_LABELS, "tile_settings": dict(TILE_IMPLS),
+                     "tile_default_bytes": default_tile_bytes()},
         "load": load,
         "allocators": status,
         "workers": workers,
@@ -81,14 +94,13 @@ def run(args) -> dict:
     }
     if block is not None:
         data["block"] = block
-    data.update(analyse(results, allocs, shapes, dtypes))
+    data.update(analyse(results, allocs, shapes, dtypes, _identity))
     data["ort_dtype_support"] = ort_support(workers)
     data["status"] = status_text(data)
     data["tables"]["first_touch"] = first_touch_table(first_touch_all)
     data["tables"]["ort_support"] = ort_table(data["ort_dtype_support"], dtypes)
     finish(prov)
-    if args.plots is not None:
-        data["plots"] = plot(data, args.plots)
+    data["plots"] = []  # drawn by main() once the measurement is safely on disk
     return data
 
 
@@ -98,12 +110,13 @@ def reanalyse(data: dict, plots: Path | None) -> dict:
     allocs = [a for a, st in data["allocators"].items() if st["available"]]
     shapes = [tuple(s) for s in data["settings"]["shapes"]]
     first_touch_all = data["first_touch"]
-    for key in ("comparisons", "targets", "advice", "tables", "ln_vs_rms"):
+    for key in ("comparisons", "targets", "advice", "tables", "ln_vs_rms", "short_rows", "qk_norm", "machine_targets"):
         data.pop(key, None)
     for r in data["results"]:
         r.pop("ratio_copy", None)
         r.pop("ratio_best_ceiling", None)
-    data.update(analyse(data["results"], allocs, shapes, data["settings"]["dtypes"]))
+    data.update(analyse(data["results"], allocs, shapes, data["settings"]["dtypes"],
+                        data["provenance"]["machine"].get("cpu_identity")))
     data["status"] = status_text(data)
     data["tables"]["first_touch"] = first_touch_table(first_touch_all)
     data["tables"]["ort_support"] = ort_table(data["ort_dtype_support"], data["settings"]["dtypes"])
@@ -120,8 +133,10 @@ def reanalyse(data: dict, plots: Path | None) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m reference_impl.studies.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smoke run: one tiny shape, one round, marked quick")
-    p.add_argument("--out", type=Path, default=OUT, help=f"data file (default {OUT.relative_to(REPO)})")
-    p.add_argument("--plots", type=Path, default=PLOTS, help="folder for the SVG plots")
+    p.add_argument("--out", type=Path, default=None,
+                   help=f"data file (default {OUT.relative_to(REPO)}; with --quick {QUICK_OUT.relative_to(REPO)})")
+    p.add_argument("--plots", type=Path, default=None,
+                   help=f"folder for the SVG plots (default {PLOTS.relative_to(REPO)}; with --quick {QUICK_PLOTS.relative_to(REPO)})")
     p.add_argument("--repeats", type=int, default=DEFAULT_REPEATS, help="rounds per configuration (>= 3)")
     p.add_argument("--allocators", default=",".join(ALLOCATORS), help="comma-separated allocator settings")
     p.add_argument("--shapes", default=None, help="rows x hidden list, e.g. 4096x1024,16384x4096")
@@ -134,10 +149,14 @@ def main(argv=None) -> int:
                    help="recompute comparisons, targets, tables and plots from the raw records of an existing file")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    # a smoke run never replaces the committed measurement unless --out names it
+    args.out = args.out or (QUICK_OUT if args.quick else OUT)
+    args.plots = args.plots or (QUICK_PLOTS if args.quick else PLOTS)
     if args.reanalyse:
         data = reanalyse(json.loads(args.reanalyse.read_text()), args.plots)
         args.out.write_text(json.dumps(data, indent=1) + "\n")
         print(f"re-analysed {args.reanalyse} into {args.out}")
+        _archive(data, args.out)
         return 0
     if args.worker:
         print("RESULT " + json.dumps(worker(json.loads(args.worker))))
@@ -154,10 +173,23 @@ def main(argv=None) -> int:
         p.error("--shapes takes ROWSxHIDDEN,... e.g. 4096x1024,16384x4096")
     data = run(args)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(data, indent=1) + "\n")  # first without plots: a plot error loses no run
+    data["plots"] = plot(data, args.plots)
     args.out.write_text(json.dumps(data, indent=1) + "\n")
     for dname, t in data["targets"].items():
         c = t["forward_out_vs_copy"]
         print(f"{dname:9s} forward_out / copy: {c['met']}/{c['shapes']} shapes >= 0.9 (worst {c['worst']})")
+    for e in data.get("machine_targets", {}).get("entries", []):
+        if e["count"]:
+            print(f"{e['dtype']:9s} {e['target']} ({e['impl']}) >= {e['threshold']:g}: {e['met']}/{e['count']} shapes "
+                  f"(worst {e['worst']:.2f} at {e['worst_shape']}; cache-resident: {e['cache_resident_shapes'] or 'none'})")
     print(f"wrote {args.out} in {data['provenance']['duration_s']} s")
+    _archive(data, args.out)
     return 0
+
+
+def _archive(data: dict, out: Path) -> None:
+    """The committed latest file also goes to its machine's file in the archive (only that machine's)."""
+    if out.resolve() == OUT.resolve() and not data["provenance"]["quick"]:
+        print(f"and {archive.write(data).relative_to(REPO)} (this machine's file in the archive)")
 

@@ -17,6 +17,7 @@ import torch
 from ...ops import library as fused
 from .cases import (ALLOCATORS, DTYPES, EPS, IMPLS, MAX_CALLS, REPO, ROUND_BUDGET_S, Unavailable, make_case,
                     min_bytes, validate)
+from .groups import GROUP_IMPLS, case_env, measure_group, validate_group
 
 MIN_ROUNDS_FOR_VERDICT = 3
 
@@ -51,10 +52,11 @@ def time_cases(cases: dict, repeats: int, quick: bool) -> dict:
     names = list(cases)
     est = {}
     for name in names:  # warm-up (and compile), then one timed call to size k
-        cases[name]()
-        t0 = time.perf_counter()
-        cases[name]()
-        est[name] = time.perf_counter() - t0
+        with case_env(cases[name]):  # a case's environment (a tile setting) is set outside the timing
+            cases[name]()
+            t0 = time.perf_counter()
+            cases[name]()
+            est[name] = time.perf_counter() - t0
     k = {n: 1 if quick else max(1, min(MAX_CALLS, int(ROUND_BUDGET_S / max(est[n], 1e-9)))) for n in names}
     samples = {n: [] for n in names}
     rounds = {n: [] for n in names}
@@ -63,12 +65,13 @@ def time_cases(cases: dict, repeats: int, quick: bool) -> dict:
         order = names[r % len(names):] + names[: r % len(names)]
         for n in order:
             ts = []
-            f0 = _minflt()
-            for _ in range(k[n]):
-                t0 = time.perf_counter()
-                cases[n]()
-                ts.append(time.perf_counter() - t0)
-            faults[n] += _minflt() - f0
+            with case_env(cases[n]):
+                f0 = _minflt()
+                for _ in range(k[n]):
+                    t0 = time.perf_counter()
+                    cases[n]()
+                    ts.append(time.perf_counter() - t0)
+                faults[n] += _minflt() - f0
             samples[n] += ts
             rounds[n].append(statistics.median(ts))
     out = {}
@@ -313,11 +316,26 @@ def worker(job: dict) -> dict:
                     out["validation"][key] = "passed"
                 except Unavailable as exc:
                     out["validation"][key] = f"unavailable: {exc}"
+    groups = job.get("groups", {})  # mode -> shapes, for the short-row and QK-norm groups
+    for mode in groups:
+        for dname in job["dtypes"]:
+            for impl in GROUP_IMPLS[mode]:
+                key = f"{mode}/{dname}/{impl}"
+                try:
+                    validate_group(impl, mode, dname)
+                    out["validation"][key] = "passed"
+                except Unavailable as exc:
+                    out["validation"][key] = f"unavailable: {exc}"
     for mode in modes:
         for dname in job["dtypes"]:
             for rows, d in job["shapes"]:
                 out["results"] += measure_config(mode, dname, rows, d, job["repeats"], quick, allocator)
                 print(f"PROGRESS {allocator} {mode} {dname} {rows}x{d}", file=sys.stderr, flush=True)
+    for mode, shapes in groups.items():
+        for dname in job["dtypes"]:
+            for shape in shapes:
+                out["results"] += measure_group(mode, dname, tuple(shape), job["repeats"], quick, allocator)
+                print(f"PROGRESS {allocator} {mode} {dname} {shape}", file=sys.stderr, flush=True)
     if job.get("first_touch"):
         rows, d = job["first_touch"]
         out["first_touch"] = first_touch(rows, d, job["repeats"], quick)

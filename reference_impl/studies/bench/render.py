@@ -133,49 +133,92 @@ def first_touch_table(ft: dict) -> str:
 
 
 
-def plot(data: dict, out_dir: Path) -> list[str]:
-    """GB/s of every implementation per shape, horizontal bars (one panel per dtype, stacked), light and dark,
-    narrow with large text so that they read on a phone (reference_impl/studies/plotstyle.py)."""
+def _bars(theme, idx, panels, shapes, impls, labels, colors, xlabel, title, value="gbps"):
+    """Horizontal bars, one panel per (mode, allocator, dtype) in ``panels``, one slot per implementation
+    (fixed, so an absent one leaves a gap); whiskers min-max for GB/s, the rounds' range for ratios."""
     from reference_impl.studies import plotstyle
 
+    per_panel = 0.22 * len(shapes) * len(impls) + 0.9
+    fig, axes = plotstyle.figure(per_panel * len(panels) + 0.35 * len(impls) + 0.6, nrows=len(panels))
+    height = 0.8 / max(1, len(impls))
+    for n, (row, (src, dname)) in enumerate(zip(axes, panels)):
+        ax = row[0]
+        for j, impl in enumerate(impls):
+            ys, xs, lo, hi = [], [], [], []
+            for i, (r, d) in enumerate(shapes):
+                rec = src(dname, r, d, impl)
+                if rec and rec.get(value) is not None:
+                    scale = rec[value] / rec["gbps"]
+                    ys.append(i + j * height)
+                    xs.append(rec[value])
+                    lo.append((rec["gbps"] - rec["gbps_min"]) * scale)
+                    hi.append((rec["gbps_max"] - rec["gbps"]) * scale)
+            if ys:
+                ax.barh(ys, xs, height, xerr=[lo, hi], capsize=1.5, label=labels[impl] if n == 0 else None,
+                        color=colors[impl], hatch="//" if impl in CEILINGS else None,
+                        edgecolor=plotstyle.muted(theme) if impl in CEILINGS else None, linewidth=0.4)
+        ax.set_yticks([i + 0.4 - height / 2 for i in range(len(shapes))], [f"{r}x{d}" for r, d in shapes])
+        ax.invert_yaxis()
+        ax.set_xlabel(xlabel)
+        ax.set_title(title(dname))
+        ax.grid(True, axis="x", alpha=0.5)
+        if value == "ratio_copy":
+            ax.axvline(1.0, color=plotstyle.muted(theme), linewidth=1.0, linestyle="--")
+    fig.legend(loc="outside lower center", ncols=1)
+    return fig
+
+
+def plot(data: dict, out_dir: Path) -> list[str]:
+    """GB/s of every implementation per shape, horizontal bars (one panel per dtype, stacked), light and dark,
+    narrow with large text so that they read on a phone (reference_impl/studies/plotstyle.py); the
+    short-row group with its tile settings; and the page's opening plot, every line's ratio to the copy."""
+    from reference_impl.studies import plotstyle
+
+    from .groups import GROUP_COLORS, GROUP_IMPLS, GROUP_LABELS
+
     shapes = [tuple(s) for s in data["settings"]["shapes"]]
-    ticks = [f"{r}x{d}" for r, d in shapes]
     idx = _index(data["results"])
-    quick = data["provenance"]["quick"]
+    quick = "smoke run: " if data["provenance"]["quick"] else ""
     dtypes = data["settings"]["dtypes"]
+    labels, colors = {**LABELS, **GROUP_LABELS}, {**COLORS, **GROUP_COLORS}
     written = []
     for mode, alloc in (("forward_out", OUT_MODE_ALLOCATOR), ("forward_alloc", "glibc"),
                         ("forward_alloc", "jemalloc_retain"), ("forward_backward", "glibc")):
         if not any(k[0] == alloc and k[1] == mode for k in idx):
             continue
-        impls = list(IMPLS[mode])  # fixed slots and colours: an implementation absent in a dtype leaves a gap
-
-        def draw(theme, mode=mode, alloc=alloc, impls=impls):
-            per_panel = 0.22 * len(shapes) * len(impls) + 0.9
-            fig, axes = plotstyle.figure(per_panel * len(dtypes) + 0.35 * len(impls) + 0.6, nrows=len(dtypes))
-            height = 0.8 / max(1, len(impls))
-            for row, dname in zip(axes, dtypes):
-                ax = row[0]
-                for j, impl in enumerate(impls):
-                    ys, xs, lo, hi = [], [], [], []
-                    for i, (r, d) in enumerate(shapes):
-                        rec = idx.get((alloc, mode, dname, r, d, impl))
-                        if rec:
-                            ys.append(i + j * height)
-                            xs.append(rec["gbps"])
-                            lo.append(rec["gbps"] - rec["gbps_min"])
-                            hi.append(rec["gbps_max"] - rec["gbps"])
-                    if ys:
-                        ax.barh(ys, xs, height, xerr=[lo, hi], capsize=1.5, label=LABELS[impl] if dname == dtypes[0]
-                                else None, color=COLORS[impl], hatch="//" if impl in CEILINGS else None,
-                                edgecolor=plotstyle.muted(theme) if impl in CEILINGS else None, linewidth=0.4)
-                ax.set_yticks([i + 0.4 - height / 2 for i in range(len(shapes))], ticks)
-                ax.invert_yaxis()
-                ax.set_xlabel("GB/s, median; whiskers: min-max")
-                ax.set_title(("smoke run: " if quick else "") + f"{dname}, {mode.replace('_', ' ')}, {alloc}")
-                ax.grid(True, axis="x", alpha=0.5)
-            fig.legend(loc="outside lower center", ncols=1)
-            return fig
-
-        written += plotstyle.save(draw, f"cpu_{mode}_{alloc}", out_dir)
+        src = lambda dn, r, d, impl, m=mode, a=alloc: idx.get((a, m, dn, r, d, impl))  # noqa: E731
+        written += plotstyle.save(lambda theme, m=mode, a=alloc, src=src: _bars(
+            theme, idx, [(src, dn) for dn in dtypes], shapes, list(IMPLS[m]), labels, colors,
+            "GB/s, median; whiskers: min-max", lambda dn: f"{quick}{dn}, {m.replace('_', ' ')}, {a}"),
+            f"cpu_{mode}_{alloc}", out_dir)
+    short = [tuple(s) for s in data["settings"].get("short_shapes", [])]
+    if short and any(k[1] == "short_rows" for k in idx):
+        src = lambda dn, r, d, impl: idx.get((OUT_MODE_ALLOCATOR, "short_rows", dn, r, d, impl))  # noqa: E731
+        tile = data["settings"]["tile_default_bytes"]
+        lab = {**labels, "fused_rms_norm": f"this op, tile {tile} B (default)", "F.rms_norm": "F.rms_norm (allocating)"}
+        written += plotstyle.save(lambda theme: _bars(
+            theme, idx, [(src, dn) for dn in dtypes], short, list(GROUP_IMPLS["short_rows"]), lab, colors,
+            "GB/s, median; whiskers: min-max", lambda dn: f"{quick}{dn}, short rows, reused buffer"),
+            "cpu_short_rows", out_dir)
+    written += plotstyle.save(lambda theme: answer_plot(theme, data, idx, short, labels, colors), "cpu_answer", out_dir)
     return written
+
+
+def answer_plot(theme, data, idx, short, labels, colors):
+    """Every line's speed as a fraction of the copy of the same bytes into a reused buffer (1 = the copy),
+    per shape: the main shapes' forward into a reused buffer (F.rms_norm: allocating, glibc), then the
+    short rows."""
+    shapes = [tuple(s) for s in data["settings"]["shapes"]] + short
+    short_set = set(short)
+
+    def src(dn, r, d, impl):
+        if (r, d) in short_set:
+            return idx.get((OUT_MODE_ALLOCATOR, "short_rows", dn, r, d, impl))
+        mode = "forward_alloc" if impl == "F.rms_norm" else "forward_out"
+        return idx.get(("glibc" if impl == "F.rms_norm" else OUT_MODE_ALLOCATOR, mode, dn, r, d, impl))
+
+    quick = "smoke run: " if data["provenance"]["quick"] else ""
+    impls = ["fused_rms_norm", "compiled_rms_norm", "F.rms_norm", "ort_rms_normalization"]
+    lab = {**labels, "F.rms_norm": "F.rms_norm (eager, allocating)"}
+    return _bars(theme, idx, [(src, dn) for dn in data["settings"]["dtypes"]], shapes, impls, lab, colors,
+                 "fraction of the copy's speed (dashed: 1)", lambda dn: f"{quick}{dn}, forward", value="ratio_copy")

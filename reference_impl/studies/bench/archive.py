@@ -1,0 +1,106 @@
+"""One file per machine measured: ``docs/data/bench_cpu_machines/<machine_key>.json``.
+
+The machine under the benchmark changes from one run to the next (cloud machines of several kinds come and
+go), and a run on one says nothing about another. ``docs/data/bench_cpu.json`` is the latest run; every
+full run also writes a copy under its machine's key (:func:`reference_impl.studies.machine.machine_key`),
+replacing that machine's earlier file and no other. A file keeps the ``source_hash`` of the kernels it
+measured: where that differs from the current sources, the Performance page shows the file as measured
+with earlier kernels instead of hiding it. Every file must still match the ``bench_cpu`` schema.
+
+Files written before the machine key existed (no ``cpu_identity`` in their provenance) carry an
+``archive`` block with the key they were filed under and where they were recovered from.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ... import provenance as pv
+from ..machine import cpu_kernel_path, machine_key
+from ..schemas import DataFileError, _rel, check_data, parse_json, _read_text
+from .cases import DATA, SOURCES
+
+ARCHIVE = DATA / "bench_cpu_machines"
+
+
+def legacy_identity(machine: dict) -> dict:
+    """What an old provenance block says about its CPU, in cpu_identity's form (family, model and
+    stepping unknown: ``x``)."""
+    return {"vendor": machine.get("vendor", "unknown"), "family": "x", "model": "x", "stepping": "x",
+            "model_name": machine.get("cpu", "unknown"), "flags": list(machine.get("simd_flags", [])),
+            "caches": {}, "cores": machine.get("cores", 0)}
+
+
+def key_of(data: dict) -> str:
+    """The machine key a run is filed under (its recorded key; for an old file, the archive block's, or
+    one derived from what its provenance names)."""
+    m = data["provenance"]["machine"]
+    if m.get("machine_key"):
+        return m["machine_key"]
+    if data.get("archive", {}).get("machine_key"):
+        return data["archive"]["machine_key"]
+    return machine_key(legacy_identity(m))
+
+
+def write(data: dict, archive_dir: Path = ARCHIVE) -> Path:
+    """Writes (or replaces) this run's machine file; a smoke run is refused (it measures nothing)."""
+    if data["provenance"]["quick"]:
+        raise ValueError("a --quick smoke run is not archived: it measures nothing")
+    archive_dir.mkdir(parents=True, exist_ok=True)
+    path = archive_dir / f"{key_of(data)}.json"
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def check_archived(path: Path) -> dict:
+    """Reads one machine file and checks it against the bench_cpu schema and its name; errors name the file."""
+    where = _rel(Path(path))
+    data = parse_json(_read_text(Path(path), where), where)
+    check_data(data, "bench_cpu.json", where)
+    if data["provenance"]["quick"]:
+        raise DataFileError(f"{where}: a --quick smoke run does not belong in the machine archive")
+    key = key_of(data)
+    if Path(path).stem != key:
+        raise DataFileError(f"{where}: holds the run of machine {key!r}; the file must be named {key}.json")
+    return data
+
+
+def archived(archive_dir: Path = ARCHIVE) -> list[tuple[Path, dict]]:
+    """Every machine file, checked, oldest run first."""
+    out = [(p, check_archived(p)) for p in sorted(Path(archive_dir).glob("*.json"))]
+    return sorted(out, key=lambda e: e[1]["provenance"]["date"])
+
+
+def _range(t: dict | None) -> str:
+    if not t or not t.get("shapes"):
+        return "not measured"
+    return f"{t['worst']:.2f}-{t['best']:.2f}x"
+
+
+def machine_row(data: dict) -> dict:
+    """What the page's table of machines shows for one file."""
+    prov = data["provenance"]
+    m = prov["machine"]
+    ident = m.get("cpu_identity")
+    if ident:
+        name = (f"{ident['model_name']} ({ident['vendor']}, family {ident['family']}, model {ident['model']}, "
+                f"stepping {ident['stepping']})")
+        path = m.get("kernel_path") or cpu_kernel_path(ident, env="")
+    else:
+        name = f"{m['cpu']} ({m.get('vendor', 'vendor not recorded')}; family, model and stepping not recorded)"
+        path = cpu_kernel_path(legacy_identity(m), env="") + " (from the flags)"
+    flags = (ident or {}).get("flags") or m.get("simd_flags", [])
+    current = pv.is_current(data)[0] and prov["sources"] == list(SOURCES)
+    tg = data.get("targets", {})
+    short = [e for e in data.get("machine_targets", {}).get("entries", [])
+             if e["target"] == "forward_out_short" and e["worst"] is not None]
+    met = data.get("machine_targets", {}).get("entries")
+    return {"key": key_of(data), "machine": name, "cores": m["cores"],
+            "bf16_instructions": "yes" if "avx512_bf16" in flags else "no",
+            "kernel_path": path, "date": prov["date"][:10],
+            "source_state": "current kernels" if current else "earlier kernels",
+            "float32_forward_vs_copy": _range(tg.get("float32", {}).get("forward_out_vs_copy")),
+            "bfloat16_forward_vs_copy": _range(tg.get("bfloat16", {}).get("forward_out_vs_copy")),
+            "short_rows_worst": (f"{min(e['worst'] for e in short):.2f}x" if short else "not measured"),
+            "targets_met": (f"{sum(e['met'] for e in met)} of {sum(e['count'] for e in met)} shapes" if met
+                            else "not evaluated")}
