@@ -263,3 +263,37 @@ def test_the_page_lists_every_machine_and_says_when_a_section_predates_the_run(m
 def test_a_macro_alone_on_an_indented_line_keeps_its_table_in_the_block():
     got = _expand('??? note "x"\n    {{ bench_table([("a",), ("b",)], ("k", "={row[0]}")) }}\n')
     assert got.split("\n")[1:5] == ["    | k |", "    |---|", "    | a |", "    | b |"]
+
+
+# ------------------------------------------------------------------------------------------ the forced AVX-512 line
+
+def test_the_forced_avx512_line_sets_the_isa_around_its_own_calls_only(monkeypatch):
+    from reference_impl.studies.bench import cases
+
+    monkeypatch.setenv("NORMLAB_CPU_ISA", "scalar")
+    seen = []
+    forced = cases.EnvCase(lambda: seen.append(os.environ.get("NORMLAB_CPU_ISA")), {"NORMLAB_CPU_ISA": "avx512"})
+    plain = lambda: seen.append(os.environ.get("NORMLAB_CPU_ISA"))  # noqa: E731
+    bench.time_cases({"forced": forced, "plain": plain}, repeats=2, quick=True)
+    assert "avx512" in seen and None in seen and "scalar" not in seen
+    assert os.environ["NORMLAB_CPU_ISA"] == "scalar"
+
+
+def test_the_forced_avx512_line_runs_in_bfloat16_on_a_bf16_cpu_only():
+    import torch
+
+    from reference_impl.studies.bench import cases
+
+    x = torch.randn(4, 64)
+    with pytest.raises(cases.Unavailable, match="only in its bfloat16 conversions"):
+        cases.make_case("fused_rms_norm_avx512", "forward_out", x, torch.ones(64), None, None, torch.empty_like(x))
+    xb = x.bfloat16()
+    if not cases.has_avx512_bf16():
+        with pytest.raises(cases.Unavailable, match="no AVX512-BF16"):
+            cases.make_case("fused_rms_norm_avx512", "forward_out", xb, torch.ones(64).bfloat16(), None, None,
+                            torch.empty_like(xb))
+        return
+    case = cases.make_case("fused_rms_norm_avx512", "forward_out", xb, torch.ones(64).bfloat16(), None, None,
+                           torch.empty_like(xb))
+    assert case.env == {"NORMLAB_CPU_ISA": "avx512"}
+    cases.validate("fused_rms_norm_avx512", "forward_out", "bfloat16")  # against the float64 oracle

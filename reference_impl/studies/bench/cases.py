@@ -5,6 +5,7 @@ The implementations are part of the timed loop: a change here changes the number
 from __future__ import annotations
 
 import inspect
+import os
 from pathlib import Path
 
 import torch
@@ -45,7 +46,7 @@ MAX_LOAD = 0.5                 # 1-minute load average above which the machine c
 WAIT_S = 600
 
 IMPLS = {
-    "forward_out": ("copy", "stream_copy", "fused_rms_norm", "fused_layer_norm", "compiled_rms_norm",
+    "forward_out": ("copy", "stream_copy", "fused_rms_norm", "fused_rms_norm_avx512", "fused_layer_norm", "compiled_rms_norm",
                     "ort_rms_normalization", "ort_simplified_layer_norm", "ort_layer_normalization"),
     "forward_alloc": ("clone", "fused_rms_norm", "fused_layer_norm", "F.rms_norm", "F.layer_norm",
                       "compiled_rms_norm", "ort_rms_normalization", "ort_simplified_layer_norm",
@@ -57,6 +58,7 @@ LABELS = {
     "stream_copy": "copy with streaming stores, reused y",
     "clone": "x.clone() (allocating copy)",
     "fused_rms_norm": "fused_rms_norm (this op)",
+    "fused_rms_norm_avx512": "fused_rms_norm, AVX-512 without BF16 instructions",
     "fused_layer_norm": "fused_layer_norm (this op)",
     "F.rms_norm": "F.rms_norm (eager)",
     "F.layer_norm": "F.layer_norm (eager)",
@@ -67,6 +69,7 @@ LABELS = {
 }
 CEILINGS = ("copy", "stream_copy", "clone")
 COLORS = {"copy": "#bbbbbb", "stream_copy": "#888888", "clone": "#dddddd", "fused_rms_norm": "tab:blue",
+          "fused_rms_norm_avx512": "#9ecae1",
           "fused_layer_norm": "tab:cyan", "F.rms_norm": "tab:red", "F.layer_norm": "tab:pink",
           "compiled_rms_norm": "tab:green", "ort_rms_normalization": "tab:orange",
           "ort_simplified_layer_norm": "tab:brown", "ort_layer_normalization": "tab:olive"}
@@ -262,6 +265,57 @@ def min_bytes(rows: int, d: int, dtype: torch.dtype, mode: str, impl: str) -> in
     return 2 * n * b + params
 
 
+# the variables the CPU kernels read on every call; a case that sets one sets it around its own calls only
+KERNEL_ENV = ("NORMLAB_CPU_TILE", "NORMLAB_CPU_ISA")
+
+
+class EnvCase:
+    """A timed callable that needs environment variables set around its calls (outside the timing)."""
+
+    def __init__(self, fn, env: dict):
+        self.fn, self.env = fn, env
+
+    def __call__(self):
+        return self.fn()
+
+
+class _Env:
+    """Sets variables on entry (None: unset) and restores them on exit."""
+
+    def __init__(self, env: dict | None):
+        self.env, self.old = env or {}, {}
+
+    def __enter__(self):
+        for k, v in self.env.items():
+            self.old[k] = os.environ.get(k)
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = str(v)
+
+    def __exit__(self, *exc):
+        for k, v in self.old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def case_env(case) -> _Env:
+    """The environment a case runs under: the kernel's variables (``KERNEL_ENV``) unset, then the case's own
+    (so a tile or instruction-set setting never leaks into another line)."""
+    return _Env({**{k: None for k in KERNEL_ENV}, **(getattr(case, "env", None) or {})})
+
+
+def has_avx512_bf16() -> bool:
+    """Whether this CPU reports AVX512-BF16 (``/proc/cpuinfo``), i.e. the default bfloat16 path uses it."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags and "avx512bw" in flags
+
+
 class Unavailable(Exception):
     """An implementation that cannot run here (no out= yet, ORT lacks the dtype, the extension did not build)."""
 
@@ -303,6 +357,12 @@ def make_case(impl: str, mode: str, x: torch.Tensor, w: torch.Tensor, b: torch.T
             return lambda: fn(y, x)
         if impl == "compiled_rms_norm":
             return lambda: _compiled_out(x, w, y, EPS)
+        if impl == "fused_rms_norm_avx512":  # the bfloat16 path of a CPU without AVX512-BF16, on one with it
+            if dname != "bfloat16":
+                raise Unavailable("the AVX-512 path differs from the default only in its bfloat16 conversions")
+            if not has_avx512_bf16():
+                raise Unavailable("this CPU has no AVX512-BF16: its default line is already the AVX-512 path")
+            return EnvCase(lambda: fused.fused_rms_norm(x, w, EPS, out=y), {"NORMLAB_CPU_ISA": "avx512"})
         if impl in ("fused_rms_norm", "fused_layer_norm"):
             f = getattr(fused, impl)
             if not has_out_parameter(f):
@@ -379,7 +439,8 @@ def validate(impl: str, mode: str, dname: str) -> None:
     y = torch.empty_like(x)
     out = make_case(impl, mode, x, w, b, None, y if mode == "forward_out" else None)
     if mode == "forward_out":
-        out()
+        with case_env(out):
+            out()
         got = y
     elif impl.startswith("ort_"):
         got = torch.empty_like(x)

@@ -24,7 +24,6 @@ as fit in ``ROUND_BUDGET_S`` (1..``MAX_CALLS``), as the main shapes do.
 """
 from __future__ import annotations
 
-import os
 import re
 
 import torch
@@ -33,7 +32,7 @@ import torch.nn.functional as F
 from ... import oracle
 from ... import tolerances as tol
 from ...ops import library as fused
-from .cases import DTYPES, EPS, REPO, Unavailable
+from .cases import DTYPES, EPS, REPO, EnvCase, Unavailable, case_env  # noqa: F401 (re-exported)
 
 SHORT_SHAPES = [(131072, 64), (65536, 128), (32768, 256)]
 QUICK_SHORT_SHAPES = [(1024, 64)]
@@ -71,44 +70,6 @@ GROUP_LABELS = {
 GROUP_COLORS = {"fused_rms_norm_tile0": "#c5b0d5", "fused_rms_norm_tile512": "tab:purple",
                 "fused_rms_norm_tile4096": "#54278f", "fused_qk_norm": "tab:blue",
                 "hf_qwen3_rms_norm": "tab:red", "compiled_qwen3_rms_norm": "tab:green"}
-
-
-class EnvCase:
-    """A timed callable that needs environment variables set around its calls (outside the timing)."""
-
-    def __init__(self, fn, env: dict):
-        self.fn, self.env = fn, env
-
-    def __call__(self):
-        return self.fn()
-
-
-class _Env:
-    """Sets variables on entry (None: unset) and restores them on exit."""
-
-    def __init__(self, env: dict | None):
-        self.env, self.old = env or {}, {}
-
-    def __enter__(self):
-        for k, v in self.env.items():
-            self.old[k] = os.environ.get(k)
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = str(v)
-
-    def __exit__(self, *exc):
-        for k, v in self.old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-def case_env(case) -> _Env:
-    """The environment a case runs under: its own, and NORMLAB_CPU_TILE unset for every other case (so a
-    tile setting never leaks into the default line)."""
-    return _Env(getattr(case, "env", None) or {"NORMLAB_CPU_TILE": None})
 
 
 # ------------------------------------------------------------------------------------------ implementations
