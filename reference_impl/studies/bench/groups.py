@@ -197,7 +197,7 @@ def group_inputs(mode: str, shape, dname: str):
 def measure_group(mode: str, dname: str, shape, repeats: int, quick: bool, allocator: str) -> list[dict]:
     """Records of one group configuration (the fields of measure_config's, plus ``shape`` for QK)."""
     from .cases import min_bytes
-    from .measure import time_cases
+    from .measure import timed_records
 
     x, w, dy, y = group_inputs(mode, shape, dname)
     rows, d = x.numel() // x.shape[-1], x.shape[-1]
@@ -214,13 +214,4 @@ def measure_group(mode: str, dname: str, shape, repeats: int, quick: bool, alloc
         except Unavailable as exc:
             rec["skipped"] = str(exc)
         recs.append(rec)
-    stats = time_cases(cases, repeats, quick)
-    for rec in recs:
-        st = stats.get(rec["impl"])
-        if st is None:
-            continue
-        rec.update(st)
-        rec["gbps"] = rec["bytes"] / st["median_s"] / 1e9
-        rec["gbps_min"] = rec["bytes"] / st["max_s"] / 1e9
-        rec["gbps_max"] = rec["bytes"] / st["min_s"] / 1e9
-    return recs
+    return timed_records(cases, recs, repeats, quick)

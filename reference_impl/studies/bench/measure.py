@@ -108,6 +108,11 @@ def measure_config(mode: str, dname: str, rows: int, d: int, repeats: int, quick
         except Unavailable as exc:
             rec["skipped"] = str(exc)
         recs.append(rec)
+    return timed_records(cases, recs, repeats, quick)
+
+
+def timed_records(cases: dict, recs: list[dict], repeats: int, quick: bool) -> list[dict]:
+    """Times the cases together (``time_cases``) and adds each one's statistics and GB/s to its record."""
     stats = time_cases(cases, repeats, quick)
     for rec in recs:
         st = stats.get(rec["impl"])
