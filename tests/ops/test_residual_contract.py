@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from reference_impl import tolerances as tol
-from reference_impl.ops import fused_rms_norm
+from reference_impl.ops import fused_layer_norm, fused_rms_norm
 from reference_impl.ops.build import load_emulation_library
 
 REPO = Path(__file__).resolve().parents[2]
@@ -153,3 +153,97 @@ def test_triton_fp32_contract_matches_the_cpu_op():
                 assert r["y_frac_vs_hf"] > 0, (case, bs, "the contracts should differ in half precision")
             else:
                 assert r["y_frac_vs_hf"] == 0, (case, bs, "in float32 round(s) = s: the contracts agree")
+
+
+# --- LayerNorm: the same two contracts --------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_layer_norm_fp32_contract_normalizes_the_unrounded_sum(dtype):
+    x, r, w = _data(dtype)
+    b = 0.1 * w
+    y, h = fused_layer_norm(x, w, b, 1e-5, residual=r, residual_contract="fp32")
+    y_hf, h_hf = fused_layer_norm(x, w, b, 1e-5, residual=r)
+    s = x.float() + r.float()
+    assert torch.equal(h, h_hf) and torch.equal(h, s.to(dtype))
+    assert not torch.equal(y, y_hf), "rounding x + r before the statistics must show in some output bits"
+    assert torch.equal(y_hf, fused_layer_norm(h, w, b, 1e-5)), "hf normalizes the rounded h"
+    ref = torch.nn.functional.layer_norm(s.double(), (s.shape[-1],), w.double(), b.double(), 1e-5)
+    tol.assert_within(y, ref.numpy(), tol.ln_forward_bound(s, w, b, 1e-5, dtype), "ln fp32 contract vs s")
+
+
+@pytest.mark.parametrize("contract", ["hf", "fp32"])
+def test_layer_norm_residual_gradient_is_the_x_gradient_plus_the_h_gradient(contract):
+    """y and h both feed the loss: the gradient wrt the residual equals the gradient wrt x, which is the
+    LayerNorm backward at h plus the gradient that flows into h (compared with float64 autograd)."""
+    g = torch.Generator().manual_seed(3)
+    x, r = torch.randn(4, 40, generator=g), torch.randn(4, 40, generator=g)
+    w, b = 1 + 0.2 * torch.randn(40, generator=g), 0.1 * torch.randn(40, generator=g)
+    gy, gh = torch.randn(4, 40, generator=g), torch.randn(4, 40, generator=g)
+    xs, rs, ws, bs = (t.clone().requires_grad_(True) for t in (x, r, w, b))
+    y, h = fused_layer_norm(xs, ws, bs, 1e-5, residual=rs, residual_contract=contract)
+    ((y * gy).sum() + (h * gh).sum()).backward()
+    assert torch.equal(xs.grad, rs.grad)
+    xd, rd, wd, bd = (t.double().requires_grad_(True) for t in (x, r, w, b))
+    hd = xd + rd
+    yd = torch.nn.functional.layer_norm(hd, (40,), wd, bd, 1e-5)
+    ((yd * gy.double()).sum() + (hd * gh.double()).sum()).backward()
+    for got, want in ((xs.grad, xd.grad), (ws.grad, wd.grad), (bs.grad, bd.grad)):
+        assert torch.allclose(got.double(), want, rtol=1e-4, atol=1e-4)
+    # second order reaches the residual too
+    xs.grad = rs.grad = None
+    y, h = fused_layer_norm(xs, ws, bs, 1e-5, residual=rs, residual_contract=contract)
+    (gx,) = torch.autograd.grad((y * gy).sum(), rs, create_graph=True)
+    (gx.pow(2).sum()).backward()
+    assert rs.grad is not None and torch.isfinite(rs.grad).all() and torch.equal(rs.grad, xs.grad)
+
+
+def test_layer_norm_bad_residual_arguments_are_clear_errors():
+    x, r, w = _data(torch.float32, d=8)
+    with pytest.raises(TypeError, match="residual_contract must be a string"):
+        fused_layer_norm(x, w, residual=r, residual_contract=1)
+    with pytest.raises(ValueError, match="unknown residual_contract 'fp16'"):
+        fused_layer_norm(x, w, residual=r, residual_contract="fp16")
+    with pytest.raises(TypeError, match="residual has dtype torch.float16"):
+        fused_layer_norm(x, w, residual=r.half())
+    with pytest.raises(ValueError, match="residual has shape"):
+        fused_layer_norm(x, w, residual=r[:2])
+    with pytest.raises(ValueError, match="residual_out is given without a residual"):
+        fused_layer_norm(x, w, residual_out=torch.empty_like(x))
+    with torch.no_grad():
+        y, h = fused_layer_norm(x, w, residual=r, out=torch.empty_like(x), residual_out=torch.empty_like(x))
+        with pytest.raises(ValueError, match="residual_out shares memory with residual"):
+            fused_layer_norm(x, w, residual=r, residual_out=r)
+    assert torch.equal(h, x + r) and torch.equal(y, fused_layer_norm(x, w, residual=r)[0])
+
+
+@pytest.mark.parametrize("contract", ["hf", "fp32"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_emulated_cuda_layer_norm_implements_both_contracts(dtype, contract):
+    """The CUDA LayerNorm kernel under the emulation, register and streaming rows, vector and scalar
+    accesses: h bit for bit (and equal to the CPU op's); under "hf" y is bit for bit the same kernel's
+    LayerNorm of h; under "fp32" y is within the LayerNorm bound of the float64 oracle applied to s (bit for
+    bit the kernel's LayerNorm of s in float32), and differs from "hf" in half precision."""
+    load_emulation_library()
+    emu, cpu = torch.ops.normlab_emu, torch.ops.normlab
+    code = {"hf": 0, "fp32": 2}[contract]
+    for d in _WIDTHS:
+        rows = 2 if d > 5000 else 5
+        g = torch.Generator().manual_seed(d)
+        x = (torch.randn(rows, d, generator=g) + 2).to(dtype)
+        r = (4 * torch.randn(rows, d, generator=g)).to(dtype)
+        w = (1 + 0.1 * torch.randn(d, generator=g)).to(dtype)
+        b = (0.1 * torch.randn(d, generator=g)).to(dtype)
+        s = x.float() + r.float()
+        y, mean, rstd, h = emu.layer_norm_fwd(x, w, b, 1e-5, r, code)
+        hc = cpu.layer_norm_fwd(x, w, b, 1e-5, r, code)[3]
+        assert torch.equal(h, s.to(dtype)) and torch.equal(h, hc), d
+        n = h if contract == "hf" else s
+        ref = torch.nn.functional.layer_norm(n.double(), (d,), w.double(), b.double(), 1e-5)
+        tol.assert_within(y, ref.numpy(), tol.ln_forward_bound(n, w, b, 1e-5, dtype), f"emulated ln {contract}, d={d}")
+        if contract == "hf" or dtype == torch.float32:
+            assert torch.equal(y, emu.layer_norm_fwd(n.to(dtype), w, b, 1e-5)[0]), d
+        y_other = emu.layer_norm_fwd(x, w, b, 1e-5, r, 2 - code)[0]
+        if dtype == torch.float32:
+            assert torch.equal(y, y_other), "round_x(s) = s in float32: the contracts are one computation"
+        else:
+            assert not torch.equal(y, y_other), f"the contracts should differ in half precision, d={d}"
