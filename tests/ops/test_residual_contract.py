@@ -247,3 +247,67 @@ def test_emulated_cuda_layer_norm_implements_both_contracts(dtype, contract):
             assert torch.equal(y, y_other), "round_x(s) = s in float32: the contracts are one computation"
         else:
             assert not torch.equal(y, y_other), f"the contracts should differ in half precision, d={d}"
+
+
+_LN_WORKER = r"""
+import json, torch
+from reference_impl.ops import fused_layer_norm
+from reference_impl.ops.triton_norm import triton_layer_norm
+out = {}
+g = torch.Generator().manual_seed(5)
+for dname, dt in (("bfloat16", torch.bfloat16), ("float16", torch.float16), ("float32", torch.float32)):
+    for d in (96, 1001):  # several rows to a program, and one row to a program
+        x = (torch.randn(4, d, generator=g) + 2).to(dt); r = (4 * torch.randn(4, d, generator=g)).to(dt)
+        w = (1 + 0.1 * torch.randn(d, generator=g)).to(dt); b = (0.1 * torch.randn(d, generator=g)).to(dt)
+        for contract in ("hf", "fp32"):
+            yc, hc = fused_layer_norm(x, w, b, 1e-5, residual=r, residual_contract=contract)
+            for bs in ((None,) if d == 96 else (None, 256)):  # one tile, and rows read in chunks
+                yt, ht = triton_layer_norm(x, w, b, 1e-5, residual=r, residual_contract=contract, block_size=bs)
+                yo = triton_layer_norm(x, w, b, 1e-5, residual=r, residual_contract=("fp32" if contract == "hf" else "hf"),
+                                       block_size=bs)[0]
+                xs, rs = x.clone().requires_grad_(True), r.clone().requires_grad_(True)
+                yg, hg = triton_layer_norm(xs, w, b, 1e-5, residual=rs, residual_contract=contract, block_size=bs)
+                (yg.float().sum() + 2 * hg.float().sum()).backward()
+                xc, rc = x.clone().requires_grad_(True), r.clone().requires_grad_(True)
+                yf, hf = fused_layer_norm(xc, w, b, 1e-5, residual=rc, residual_contract=contract)
+                (yf.float().sum() + 2 * hf.float().sum()).backward()
+                out[f"{dname}-{d}-{contract}-{bs}"] = {
+                    "h_equal": bool(torch.equal(ht, hc)),
+                    "y_frac_vs_cpu": float((yt != yc).double().mean()),
+                    "y_rel_vs_cpu": float(((yt.double() - yc.double()).abs() / yc.double().abs().max()).max()),
+                    "y_frac_vs_other": float((yt != yo).double().mean()),
+                    "grad_r_is_grad_x": bool(torch.equal(xs.grad, rs.grad)),
+                    "grad_rel_vs_cpu": float(((xs.grad.double() - xc.grad.double()).abs()).max()
+                                             / xc.grad.double().abs().max())}
+try:
+    triton_layer_norm(x, w, residual=r, residual_contract="x")
+    out["error"] = None
+except ValueError as e:
+    out["error"] = str(e)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_triton_layer_norm_implements_both_contracts():
+    """triton_layer_norm with a residual (under the interpreter) against the CPU op: h bit for bit, y within
+    a few units of x's dtype (the float32 sums are added in another order), the two contracts differing in
+    half precision only, and the residual's gradient equal to x's."""
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", _LN_WORKER], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads([ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")][-1][7:])
+    assert "unknown residual_contract" in res.pop("error")
+    assert len(res) == 18
+    for case, r in res.items():
+        dname = case.split("-")[0]
+        eps = {"bfloat16": 2.0 ** -7, "float16": 2.0 ** -10, "float32": 2.0 ** -23}[dname]
+        assert r["h_equal"] and r["grad_r_is_grad_x"], (case, r)
+        assert r["y_rel_vs_cpu"] <= 4 * eps, (case, r)
+        assert r["grad_rel_vs_cpu"] <= max(16 * eps, 1e-5), (case, r)
+        if dname == "float32":
+            assert r["y_frac_vs_other"] == 0, (case, "in float32 round(s) = s: the contracts agree")
+        else:
+            assert r["y_frac_vs_cpu"] <= 0.02, (case, r)
+            assert r["y_frac_vs_other"] > 0, (case, "the contracts should differ in half precision")
