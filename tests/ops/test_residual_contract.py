@@ -311,3 +311,21 @@ def test_triton_layer_norm_implements_both_contracts():
         else:
             assert r["y_frac_vs_cpu"] <= 0.02, (case, r)
             assert r["y_frac_vs_other"] > 0, (case, "the contracts should differ in half precision")
+
+
+def test_layer_norm_residual_traces_under_torch_compile():
+    """The fake implementation and the autograd formula of the residual outputs: fullgraph tracing (aot_eager
+    runs the fakes and the joint graph) gives the eager values and gradients."""
+    x, r, w = _data(torch.bfloat16, d=64)
+    b = 0.1 * w
+
+    def f(x, r):
+        y, h = fused_layer_norm(x, w, b, 1e-5, residual=r, residual_contract="fp32")
+        return (y.float() * 2).sum() + h.float().pow(2).sum()
+
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    xe, re_ = x.clone().requires_grad_(True), r.clone().requires_grad_(True)
+    xc, rc = x.clone().requires_grad_(True), r.clone().requires_grad_(True)
+    f(xe, re_).backward()
+    compiled(xc, rc).backward()
+    assert torch.equal(xe.grad, xc.grad) and torch.equal(re_.grad, rc.grad) and torch.equal(xc.grad, rc.grad)
