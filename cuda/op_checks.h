@@ -84,6 +84,13 @@ inline void check_fwd_code(int64_t code, const char* op) {
                     ": convention must be 0 or 1 (llama, gemma), plus 2 for the fp32 residual contract; got ", code);
 }
 
+// The LayerNorm forward's residual contract: 0 ("hf") or 2 ("fp32"), the codes RMSNorm adds to its
+// convention.
+inline void check_ln_contract(int64_t code, const char* op) {
+  TORCH_CHECK_VALUE(code == 0 || code == 2, op,
+                    ": residual_contract must be 0 (hf) or 2 (fp32); got ", code);
+}
+
 // An output buffer of an out= op must not share memory with an input (the kernels read a row after
 // writing parts of others) nor with another output.
 inline void check_no_overlap(const at::Tensor& out, const at::Tensor& other, const char* op, const char* out_name,
@@ -125,9 +132,21 @@ inline void check_rms_out(const at::Tensor& x, const c10::optional<at::Tensor>& 
 }
 // --8<-- [end:out_checks]
 
+// layer_norm_fwd_out: y, and residual_out exactly when a residual is given; neither overlaps an input
+// (x, weight, bias, residual) nor the other.
 inline void check_ln_out(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
-                         const c10::optional<at::Tensor>& bias, const at::Tensor& y, const char* op) {
+                         const c10::optional<at::Tensor>& bias, const c10::optional<at::Tensor>& residual,
+                         const at::Tensor& y, const c10::optional<at::Tensor>& residual_out, const char* op) {
   check_out(y, "y (out)", x, weight, "weight", bias, "bias", op);
+  check_no_overlap(y, residual, op, "y (out)", "residual");
+  TORCH_CHECK_VALUE(residual.has_value() == residual_out.has_value(), op,
+                    residual.has_value() ? ": a residual is given, so residual_out must be too"
+                                         : ": residual_out is given without a residual");
+  if (residual_out.has_value()) {
+    check_out(*residual_out, "residual_out", x, weight, "weight", bias, "bias", op);
+    check_no_overlap(*residual_out, residual, op, "residual_out", "residual");
+    check_no_overlap(*residual_out, y, op, "residual_out", "y (out)");
+  }
 }
 
 }  // namespace normlab_checks

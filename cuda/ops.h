@@ -40,10 +40,15 @@
 //   g = dy * weight_eff (weight_eff = weight, 1 + weight, or 1 without a weight):
 //   dx = rstd * (g - xhat * mean(g * xhat)),  dweight = sum over rows of dy * xhat (float32).
 //   dweight is an empty tensor of shape [0] when weight is None.
-// layer_norm_fwd(x, weight, bias, eps) -> (y, mean, rstd)
+// layer_norm_fwd(x, weight, bias, eps, residual=None, residual_contract=0) -> (y, mean, rstd, residual_out)
 //   mean = sum(x) / d, rstd = 1 / sqrt(sum((x - mean)^2) / d + eps) (two-pass, biased variance),
 //   y = round_x(((x - mean) * rstd) * weight + bias).
-// layer_norm_fwd_out(..., *, y) -> (mean, rstd)   y written into the caller's buffer, as above.
+//   residual given: as rms_norm_fwd, x is replaced by h = round_x(float(x) + float(residual)), returned
+//   as residual_out; residual_contract 2 (the "fp32" contract) takes mean, rstd and y from
+//   s = float(x) + float(residual) instead, residual_out still round_x(s). residual_contract is 0 or 2.
+//   residual None: residual_out is an empty tensor of shape [0] and dtype x.dtype.
+// layer_norm_fwd_out(..., *, y, residual_out=None) -> (mean, rstd)   y (and residual_out, exactly when
+//   a residual is given) written into the caller's buffers, as rms_norm_fwd_out.
 // layer_norm_bwd(dy, x, weight, mean, rstd) -> (dx, dweight, dbias)
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * weight;
 //   dweight = sum over rows of dy * xhat (empty [0] when weight is None); dbias = sum over rows of dy,
@@ -65,10 +70,10 @@ inline void define_ops(torch::Library& m) {
         "Tensor(a!) y, Tensor(b!)? residual_out) -> Tensor rstd");
   m.def("rms_norm_bwd(Tensor dy, Tensor x, Tensor? weight, Tensor rstd, int convention) "
         "-> (Tensor dx, Tensor dweight)");
-  m.def("layer_norm_fwd(Tensor x, Tensor? weight, Tensor? bias, float eps) "
-        "-> (Tensor y, Tensor mean, Tensor rstd)");
-  m.def("layer_norm_fwd_out(Tensor x, Tensor? weight, Tensor? bias, float eps, *, Tensor(a!) y) "
-        "-> (Tensor mean, Tensor rstd)");
+  m.def("layer_norm_fwd(Tensor x, Tensor? weight, Tensor? bias, float eps, Tensor? residual=None, "
+        "int residual_contract=0) -> (Tensor y, Tensor mean, Tensor rstd, Tensor residual_out)");
+  m.def("layer_norm_fwd_out(Tensor x, Tensor? weight, Tensor? bias, float eps, Tensor? residual=None, "
+        "int residual_contract=0, *, Tensor(a!) y, Tensor(b!)? residual_out=None) -> (Tensor mean, Tensor rstd)");
   m.def("layer_norm_bwd(Tensor dy, Tensor x, Tensor? weight, Tensor mean, Tensor rstd) "
         "-> (Tensor dx, Tensor dweight, Tensor dbias)");
 }

@@ -1,5 +1,5 @@
-// The torch glue of the CPU LayerNorm: normlab::layer_norm_fwd and normlab::layer_norm_bwd (schemas and
-// contract in cuda/ops.cpp), the same structure as rms_norm_cpu.cpp, with the kernels of
+// The torch glue of the CPU LayerNorm: normlab::layer_norm_fwd (with the optional fused residual add) and
+// normlab::layer_norm_bwd (schemas and contract in cuda/ops.h), the same structure as rms_norm_cpu.cpp, with the kernels of
 // layer_norm_kernels.h.
 #include <torch/library.h>
 
@@ -22,29 +22,35 @@ void by_types3(at::ScalarType xt, F&& f) {
 }
 
 void check_fwd_args(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
-                    const c10::optional<at::Tensor>& bias, double eps, const char* op) {
+                    const c10::optional<at::Tensor>& bias, double eps, const c10::optional<at::Tensor>& residual,
+                    int64_t contract, const char* op) {
   check_x(x, op);
   check_param(weight, x, op, "weight");
   check_param(bias, x, op, "bias");
+  if (residual.has_value()) check_like_x(*residual, x, op, "residual");
   check_eps(eps, op);
+  check_ln_contract(contract, op);  // 0 "hf", 2 "fp32"
 }
 
-// Writes y, mean and rstd, allocated and checked by the caller.
+// Writes y, mean, rstd and residual_out (when a residual is given), allocated and checked by the caller.
 void ln_fwd_into(const at::Tensor& x, const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias,
-                 double eps, at::Tensor& y, at::Tensor& mean, at::Tensor& rstd) {
+                 double eps, const c10::optional<at::Tensor>& residual, int64_t contract, at::Tensor& y,
+                 at::Tensor& mean, at::Tensor& rstd, at::Tensor& res_out) {
   const int64_t d = x.size(-1);
   const int64_t rows = rows_of(x);
   const at::Tensor wf = as_f32(weight), bf = as_f32(bias);
-  LnFwdArgs a{x.data_ptr(), wf.defined() ? wf.data_ptr() : nullptr, bf.defined() ? bf.data_ptr() : nullptr,
+  LnFwdArgs a{x.data_ptr(), residual.has_value() ? residual->data_ptr() : nullptr,
+              residual.has_value() ? res_out.data_ptr() : nullptr,
+              wf.defined() ? wf.data_ptr() : nullptr, bf.defined() ? bf.data_ptr() : nullptr,
               y.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(), d, static_cast<float>(eps),
-              static_cast<int64_t>(y.nbytes()) >= stream_bytes()};
+              static_cast<int64_t>(y.nbytes()) >= stream_bytes(), contract == 2};
   by_types3(x.scalar_type(), [&](auto t, auto wt, auto bt) {
     using T = decltype(t);
     using WT = decltype(wt);
     using BT = decltype(bt);
     const Isa isa = pick_isa();
     const int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(d, 1));
-    const bool tiles = use_tiles(d, sizeof(T));
+    const bool tiles = use_tiles(d, sizeof(T)) && !a.residual;
     at::parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
       with_isa(isa, [&](auto v) {
         if (tiles)
@@ -56,26 +62,28 @@ void ln_fwd_into(const at::Tensor& x, const c10::optional<at::Tensor>& weight, c
   });
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_fwd_cpu(const at::Tensor& x,
-                                                                  const c10::optional<at::Tensor>& weight,
-                                                                  const c10::optional<at::Tensor>& bias,
-                                                                  double eps) {
-  check_fwd_args(x, weight, bias, eps, "normlab::layer_norm_fwd");
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> layer_norm_fwd_cpu(
+    const at::Tensor& x, const c10::optional<at::Tensor>& weight, const c10::optional<at::Tensor>& bias, double eps,
+    const c10::optional<at::Tensor>& residual, int64_t contract) {
+  check_fwd_args(x, weight, bias, eps, residual, contract, "normlab::layer_norm_fwd");
   at::Tensor y = at::empty_like(x);
+  at::Tensor res_out = residual.has_value() ? at::empty_like(x) : at::empty({0}, x.options());
   at::Tensor mean = stats_like(x), rstd = stats_like(x);
-  ln_fwd_into(x, weight, bias, eps, y, mean, rstd);
-  return {y, mean, rstd};
+  ln_fwd_into(x, weight, bias, eps, residual, contract, y, mean, rstd, res_out);
+  return {y, mean, rstd, res_out};
 }
 
-// The out= variant: y goes into the caller's buffer.
+// The out= variant: y (and residual_out) go into the caller's buffers.
 std::tuple<at::Tensor, at::Tensor> layer_norm_fwd_out_cpu(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
                                                           const c10::optional<at::Tensor>& bias, double eps,
-                                                          at::Tensor& y) {
+                                                          const c10::optional<at::Tensor>& residual, int64_t contract,
+                                                          at::Tensor& y, const c10::optional<at::Tensor>& residual_out) {
   const char* op = "normlab::layer_norm_fwd_out";
-  check_fwd_args(x, weight, bias, eps, op);
-  check_ln_out(x, weight, bias, y, op);
+  check_fwd_args(x, weight, bias, eps, residual, contract, op);
+  check_ln_out(x, weight, bias, residual, y, residual_out, op);
+  at::Tensor res_out = residual_out.has_value() ? *residual_out : at::Tensor();
   at::Tensor mean = stats_like(x), rstd = stats_like(x);
-  ln_fwd_into(x, weight, bias, eps, y, mean, rstd);
+  ln_fwd_into(x, weight, bias, eps, residual, contract, y, mean, rstd, res_out);
   return {mean, rstd};
 }
 

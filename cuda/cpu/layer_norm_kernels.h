@@ -2,6 +2,8 @@
 // rms_norm_kernels.h; this header and simd.h are all a copy needs).
 //
 // Forward, per row (the row stays in cache across the passes):
+//   [residual] h = round_x(x + residual), stored as residual_out, and x below is h; with residual_fp32
+//           (the "fp32" residual contract) the passes read s = x + residual in fp32 instead of h
 //   pass 1  m = sum x / d                          (m is off by the rounding errors of the float32 sum)
 //   pass 2  c = sum (x - m) / d and q = sum (x - m)^2 / d in one sweep: c is the correction of the mean,
 //           mean = m + c, var = q - c^2 (exact algebra; no cancellation while c^2 is not far above var)
@@ -25,6 +27,8 @@ namespace normlab_cpu {
 
 struct LnFwdArgs {
   const void* x;
+  const void* residual;  // nullptr when no residual is fused
+  void* residual_out;
   const void* w;  // nullptr: no weight
   const void* b;  // nullptr: no bias
   void* y;
@@ -33,6 +37,7 @@ struct LnFwdArgs {
   int64_t d;
   float eps;
   bool stream;
+  bool residual_fp32 = false;  // statistics and output from fp32 x + residual, not from round_x(x + residual)
 };
 
 struct LnBwdArgs {
@@ -50,18 +55,21 @@ struct LnBwdArgs {
 // or the sum of squared deviations overflowed or underflowed): mean, variance, rstd and the normalized
 // values in double, each rounded once to float32 before the gain and bias. Returns false, writing nothing,
 // for a row the float32 pass already gets right: one with Inf or NaN, or a constant row (variance 0).
+// With r (the "fp32" residual contract) the row is the float32 sum x[j] + r[j].
 template <class T, class WT, class BT>
-bool ln_fwd_row_wide(const T* x, T* y, const WT* w, const BT* b, int64_t d, float eps, float* mean, float* rstd) {
+bool ln_fwd_row_wide(const T* x, T* y, const WT* w, const BT* b, int64_t d, float eps, float* mean, float* rstd,
+                     const T* r = nullptr) {
+  auto at = [&](int64_t j) -> float { return r ? to_f(x[j]) + to_f(r[j]) : to_f(x[j]); };
   double s = 0.0;
   for (int64_t j = 0; j < d; ++j) {
-    const double v = to_f(x[j]);
+    const double v = at(j);
     if (!std::isfinite(v)) return false;
     s += v;
   }
   const double mu = s / static_cast<double>(d);
   double q = 0.0;
   for (int64_t j = 0; j < d; ++j) {
-    const double c = static_cast<double>(to_f(x[j])) - mu;
+    const double c = static_cast<double>(at(j)) - mu;
     q += c * c;
   }
   if (q == 0.0) return false;
@@ -69,7 +77,7 @@ bool ln_fwd_row_wide(const T* x, T* y, const WT* w, const BT* b, int64_t d, floa
   *mean = static_cast<float>(mu);
   *rstd = static_cast<float>(rs);
   for (int64_t j = 0; j < d; ++j) {
-    float v = static_cast<float>((static_cast<double>(to_f(x[j])) - mu) * rs);
+    float v = static_cast<float>((static_cast<double>(at(j)) - mu) * rs);
     if (w) v = v * w[j];
     if (b) v = v + b[j];
     y[j] = from_f(v, y);
@@ -91,19 +99,35 @@ void ln_fwd_rows(const LnFwdArgs& a, int64_t r0, int64_t r1) {
   const float fd = static_cast<float>(d);
   for (int64_t i = r0; i < r1; ++i) {
     const T* x = static_cast<const T*>(a.x) + i * d;
+    const T* x0 = x;
+    const T* r = a.residual ? static_cast<const T*>(a.residual) + i * d : nullptr;
     T* y = static_cast<T*>(a.y) + i * d;
-    const float mu = row_sum<V>(d, [&](auto q, int64_t j) { return decltype(q)::load(x + j); }) / fd;
+    if (r) {  // h = round_x(x + residual): stored once, then read back from the cache
+      T* ho = static_cast<T*>(a.residual_out) + i * d;
+      row_store<V>(ho, d, false, [&](auto q, int64_t j) {
+        using Q = decltype(q);
+        return Q::add(Q::load(x0 + j), Q::load(r + j));
+      });
+      x = ho;
+    }
+    const bool from_sum = r && a.residual_fp32;
+    auto src = [&](auto q, int64_t j) {  // the row that is normalized: x (or h), or s = x + residual in fp32
+      using Q = decltype(q);
+      return from_sum ? Q::add(Q::load(x0 + j), Q::load(r + j)) : Q::load(x + j);
+    };
+    const float mu = row_sum<V>(d, src) / fd;
     float sc, sq;  // sum (x - mu) and sum (x - mu)^2
     row_sum2<V>(
-        d, [&](auto q, int64_t j) { return decltype(q)::sub(decltype(q)::load(x + j), decltype(q)::set1(mu)); },
+        d, [&](auto q, int64_t j) { return decltype(q)::sub(src(q, j), decltype(q)::set1(mu)); },
         [&](auto q, int64_t j) {
           using Q = decltype(q);
-          auto c = Q::sub(Q::load(x + j), Q::set1(mu));
+          auto c = Q::sub(src(q, j), Q::set1(mu));
           return Q::mul(c, c);
         },
         sc, sq);
     if (__builtin_expect(sum_out_of_range(sq) || !std::isfinite(mu), 0) &&
-        ln_fwd_row_wide<T, WT, BT>(x, y, w, b, d, a.eps, a.mean + i, a.rstd + i))
+        ln_fwd_row_wide<T, WT, BT>(from_sum ? x0 : x, y, w, b, d, a.eps, a.mean + i, a.rstd + i,
+                                   from_sum ? r : nullptr))
       continue;
     const float c = sc / fd;  // the correction of the mean
     const float var = std::max(sq / fd - c * c, 0.0f);
@@ -112,7 +136,7 @@ void ln_fwd_rows(const LnFwdArgs& a, int64_t r0, int64_t r1) {
     a.rstd[i] = rs;
     row_store<V>(y, d, a.stream, [&](auto q, int64_t j) {
       using Q = decltype(q);
-      auto v = Q::mul(Q::sub(Q::sub(Q::load(x + j), Q::set1(mu)), Q::set1(c)), Q::set1(rs));
+      auto v = Q::mul(Q::sub(Q::sub(src(q, j), Q::set1(mu)), Q::set1(c)), Q::set1(rs));
       if (w) v = Q::mul(v, Q::load(w + j));
       if (b) v = Q::add(v, Q::load(b + j));
       return v;
@@ -123,7 +147,7 @@ void ln_fwd_rows(const LnFwdArgs& a, int64_t r0, int64_t r1) {
 // --8<-- [end:ln_fwd]
 
 // --8<-- [start:ln_fwd_tiles]
-// The same forward for short rows, a tile of R rows at a time (as rms_fwd_tiles): the bits of ln_fwd_rows
+// The same forward for short rows without a residual, a tile of R rows at a time (as rms_fwd_tiles): the bits of ln_fwd_rows
 // (row_sum2's two sums are row_sum's, so two rows_sum sweeps give them), the weight and bias loaded once
 // per column block. A tile with a row that needs the wide pass, and the rows after the last whole tile,
 // go to ln_fwd_rows.

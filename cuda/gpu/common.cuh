@@ -102,22 +102,64 @@ __device__ __forceinline__ double wide_rms_rstd_of_sum(const T* x, const T* res,
   return r;
 }
 
+// The residual add fused into a forward (RMSNorm version 5, LayerNorm), one vector at a time.
+// h = round_to_T(float(x) + float(res)), the new residual stream.
+template <typename T, int VEC>
+__device__ __forceinline__ Vec<T, VEC> add_round(const Vec<T, VEC>& a, const Vec<T, VEC>& b) {
+  Vec<T, VEC> h;
+#pragma unroll
+  for (int k = 0; k < VEC; ++k) h.v[k] = from_f<T>(to_f(a.v[k]) + to_f(b.v[k]));
+  return h;
+}
+
+// The vector of the row that is normalized: x itself, h = round_T(x + res) (the "hf" residual contract),
+// or, with FP32_SUM (the "fp32" contract), the float32 sum s = x + res, kept in fp32 registers.
+template <typename T, int VEC, bool FP32_SUM>
+using RowVec = Vec<std::conditional_t<FP32_SUM, float, T>, VEC>;
+
+// Vector vi of that row. With a residual and STORE it also stores the new residual stream, round_T(x + res),
+// into hv[vi] (both contracts store the same bits there); without STORE it recomputes the vector only.
+template <typename T, int VEC, bool RESIDUAL, bool FP32_SUM, bool STORE = true>
+__device__ __forceinline__ RowVec<T, VEC, FP32_SUM> row_vec(const Vec<T, VEC>* xv, const Vec<T, VEC>* rv,
+                                                           Vec<T, VEC>* hv, int vi) {
+  static_assert(RESIDUAL || !FP32_SUM, "the fp32 contract concerns the residual add only");
+  if constexpr (!RESIDUAL) {
+    return xv[vi];
+  } else if constexpr (FP32_SUM) {
+    const Vec<T, VEC> a = xv[vi], b = rv[vi];
+    Vec<float, VEC> s;
+    Vec<T, VEC> h;
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) {
+      s.v[k] = to_f(a.v[k]) + to_f(b.v[k]);
+      h.v[k] = from_f<T>(s.v[k]);
+    }
+    if constexpr (STORE) hv[vi] = h;
+    return s;
+  } else {
+    const Vec<T, VEC> h = add_round(xv[vi], rv[vi]);
+    if constexpr (STORE) hv[vi] = h;
+    return h;
+  }
+}
+
 // The same for LayerNorm: mean and rstd in double (rstd 0 when the fp32 result stands: Inf or NaN in the
-// row, or a constant row).
+// row, or a constant row). With res (the "fp32" residual contract) the row is the float32 sum row + res.
 template <typename T>
-__device__ double wide_ln_stats(const T* row, int d, float eps, double* mean) {
+__device__ double wide_ln_stats(const T* row, int d, float eps, double* mean, const T* res = nullptr) {
   __shared__ double result[2];
+  auto at = [&](int j) -> float { return res != nullptr ? to_f(row[j]) + to_f(res[j]) : to_f(row[j]); };
   if (threadIdx.x == 0) {
     double s = 0.0, bad = 0.0;
     for (int j = 0; j < d; ++j) {
-      const double v = to_f(row[j]);
+      const double v = at(j);
       bad += v - v;
       s += v;
     }
     const double mu = s / d;
     double q = 0.0;
     for (int j = 0; j < d; ++j) {
-      const double c = to_f(row[j]) - mu;
+      const double c = at(j) - mu;
       q += c * c;
     }
     result[0] = mu;

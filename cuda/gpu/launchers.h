@@ -39,8 +39,11 @@ int normlab_rms_bwd(int x_code, int w_code, void* dx, float* dw, float* partial,
                     int d, int convention, void* stream);
 
 // LayerNorm forward: y, mean and rstd (fp32, one per row). w and b may be null; they share w_code.
-int normlab_ln_fwd(int x_code, int w_code, void* y, float* mean, float* rstd, const void* x,
-                   const void* w, const void* b, long long rows, int d, float eps, void* stream);
+// res and h_out: both null, or the residual and the buffer for h = round_x(x + res); contract 0 ("hf",
+// normalize h) or 2 ("fp32", normalize the float32 sum x + res).
+int normlab_ln_fwd(int x_code, int w_code, void* y, void* h_out, float* mean, float* rstd, const void* x,
+                   const void* res, const void* w, const void* b, long long rows, int d, float eps, int contract,
+                   void* stream);
 
 // LayerNorm backward: dx; dw when w != nullptr (via partial_w); db always (via partial_b). dw and db are
 // d floats each (the fp32 sums); both partial buffers hold blocks x d fp32.

@@ -37,8 +37,9 @@ __device__ __forceinline__ float centred(float v, double mean, float, double r) 
   return static_cast<float>((static_cast<double>(v) - mean) * r);
 }
 
-template <typename T, typename W, int VEC, typename M = float, typename R = float>
-__device__ __forceinline__ Vec<T, VEC> ln_out(const Vec<T, VEC>& a, M mean, float c, R r, const Vec<W, VEC>* wv,
+// a holds T or, under the fp32 residual contract, the float32 sums; the output is T either way.
+template <typename T, typename W, int VEC, typename M = float, typename R = float, typename A = T>
+__device__ __forceinline__ Vec<T, VEC> ln_out(const Vec<A, VEC>& a, M mean, float c, R r, const Vec<W, VEC>* wv,
                                               const Vec<W, VEC>* bv, int vi) {
   Vec<T, VEC> out;
   Vec<W, VEC> wk{}, bk{};  // initialized: g++ (the emulation) cannot see that the guards below match
@@ -61,11 +62,14 @@ __device__ __forceinline__ Vec<T, VEC> ln_out(const Vec<T, VEC>& a, M mean, floa
 // reduction than RMSNorm, and two subtractions per element. Long rows stream and read x three times.
 // A sum that overflowed or underflowed sends the row through wide_ln_stats (double) instead. (One block per
 // multiprocessor at least, as for the backward: otherwise ptxas squeezes the fp16 instance into 64 registers
-// and spills.)
-template <typename T, typename W, int VEC>
+// and spills.) RESIDUAL fuses the residual add as RMSNorm version 5 does: h = round_T(x + res) goes to
+// h_out and is normalized; with FP32_SUM (the "fp32" residual contract) the registers hold the float32
+// sums s = x + res, statistics and y come from s, and h_out still receives round_T(s).
+template <typename T, typename W, int VEC, bool RESIDUAL = false, bool FP32_SUM = false>
 __global__ void __launch_bounds__(kMaxThreads, 1)
-ln_fwd_kernel(T* __restrict__ y, float* __restrict__ mean_out, float* __restrict__ rstd_out,
-              const T* __restrict__ x, const W* __restrict__ w, const W* __restrict__ b, int d, float eps) {
+ln_fwd_kernel(T* __restrict__ y, T* __restrict__ h_out, float* __restrict__ mean_out, float* __restrict__ rstd_out,
+              const T* __restrict__ x, const T* __restrict__ res, const W* __restrict__ w, const W* __restrict__ b,
+              int d, float eps) {
   using VT = Vec<T, VEC>;
   using VW = Vec<W, VEC>;
   __shared__ float red[33];
@@ -73,6 +77,8 @@ ln_fwd_kernel(T* __restrict__ y, float* __restrict__ mean_out, float* __restrict
   const long long base = static_cast<long long>(blockIdx.x) * d;
   const int nvec = d / VEC;
   const VT* xv = reinterpret_cast<const VT*>(x + base);
+  const VT* rv = RESIDUAL ? reinterpret_cast<const VT*>(res + base) : nullptr;
+  VT* hv = RESIDUAL ? reinterpret_cast<VT*>(h_out + base) : nullptr;
   VT* yv = reinterpret_cast<VT*>(y + base);
   const VW* wv = reinterpret_cast<const VW*>(w);
   const VW* bv = reinterpret_cast<const VW*>(b);
@@ -81,7 +87,10 @@ ln_fwd_kernel(T* __restrict__ y, float* __restrict__ mean_out, float* __restrict
   float c = 0.0f, r = 0.0f;
   double wmean = 0.0, wr = 0.0;
   auto stats = [&](float mean, float2 tot) {
-    if (sum_out_of_range(tot.y) || !(fabsf(mean) <= 3.40282347e38f)) wr = wide_ln_stats(x + base, d, eps, &wmean);
+    // (the barriers of the block sums have made every thread's h_out stores visible to thread 0)
+    if (sum_out_of_range(tot.y) || !(fabsf(mean) <= 3.40282347e38f))
+      wr = FP32_SUM ? wide_ln_stats(x + base, d, eps, &wmean, res + base)
+                    : wide_ln_stats(RESIDUAL ? h_out + base : x + base, d, eps, &wmean);
     c = __fdiv_rn(tot.x, fd);
     r = wr > 0.0 ? static_cast<float>(wr) : __frsqrt_rn(fmaxf(__fdiv_rn(tot.y, fd) - c * c, 0.0f) + eps);
     if (threadIdx.x == 0) {
@@ -90,13 +99,13 @@ ln_fwd_kernel(T* __restrict__ y, float* __restrict__ mean_out, float* __restrict
     }
   };
   if (nvec <= kFwdItems * static_cast<int>(blockDim.x)) {
-    VT reg[kFwdItems];
+    RowVec<T, VEC, FP32_SUM> reg[kFwdItems];
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < kFwdItems; ++i) {
       const int vi = threadIdx.x + i * blockDim.x;
       if (vi < nvec) {
-        reg[i] = xv[vi];
+        reg[i] = row_vec<T, VEC, RESIDUAL, FP32_SUM>(xv, rv, hv, vi);
         s = add_values(reg[i], s);
       }
     }
@@ -116,15 +125,21 @@ ln_fwd_kernel(T* __restrict__ y, float* __restrict__ mean_out, float* __restrict
                           : ln_out<T, W, VEC>(reg[i], mean, c, r, wv, bv, vi);
     }
   } else {
+    // the row again: h as this thread stored it ("hf"), or s formed again from x and res ("fp32")
+    auto again = [&](int vi) -> RowVec<T, VEC, FP32_SUM> {
+      if constexpr (RESIDUAL && !FP32_SUM) return hv[vi];
+      else return row_vec<T, VEC, RESIDUAL, FP32_SUM, false>(xv, rv, hv, vi);
+    };
     float s = 0.0f;
-    for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) s = add_values(xv[vi], s);
+    for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x)
+      s = add_values(row_vec<T, VEC, RESIDUAL, FP32_SUM>(xv, rv, hv, vi), s);
     const float mean = __fdiv_rn(block_sum(s, red), fd);
     float2 cs = make_float2(0.0f, 0.0f);
-    for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) cs = add_centred(xv[vi], mean, cs);
+    for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x) cs = add_centred(again(vi), mean, cs);
     stats(mean, block_sum2(cs, red2));
     for (int vi = threadIdx.x; vi < nvec; vi += blockDim.x)
-      yv[vi] = wr > 0.0 ? ln_out<T, W, VEC>(xv[vi], wmean, 0.0f, wr, wv, bv, vi)
-                        : ln_out<T, W, VEC>(xv[vi], mean, c, r, wv, bv, vi);
+      yv[vi] = wr > 0.0 ? ln_out<T, W, VEC>(again(vi), wmean, 0.0f, wr, wv, bv, vi)
+                        : ln_out<T, W, VEC>(again(vi), mean, c, r, wv, bv, vi);
   }
 }
 // --8<-- [end:ln_fwd]
@@ -268,13 +283,28 @@ bool ln_vec_ok(const void* a, const void* b, const void* c, const void* w, const
          aligned_to(bias, WB);
 }
 
+template <typename T, typename W, bool RESIDUAL, bool FP32_SUM>
+void ln_fwd_launch(bool vec, unsigned grid, cudaStream_t s, T* y, T* h_out, float* mean, float* rstd, const T* x,
+                   const T* res, const W* w, const W* b, int d, float eps) {
+  constexpr int V = 16 / sizeof(T);
+  if (vec)
+    NORMLAB_LAUNCH(grid, threads_for(d / V, kFwdItems), 0, s, ln_fwd_kernel<T, W, V, RESIDUAL, FP32_SUM>)(
+        y, h_out, mean, rstd, x, res, w, b, d, eps);
+  else
+    NORMLAB_LAUNCH(grid, threads_for(d, kFwdItems), 0, s, ln_fwd_kernel<T, W, 1, RESIDUAL, FP32_SUM>)(
+        y, h_out, mean, rstd, x, res, w, b, d, eps);
+}
+
 }  // namespace normlab
 
 using namespace normlab;
 
-extern "C" int normlab_ln_fwd(int x_code, int w_code, void* y, float* mean, float* rstd, const void* x,
-                              const void* w, const void* b, long long rows, int d, float eps, void* stream) {
+// contract: 0 ("hf") or 2 ("fp32"), the residual contract when res is given (cuda/ops.h).
+extern "C" int normlab_ln_fwd(int x_code, int w_code, void* y, void* h_out, float* mean, float* rstd, const void* x,
+                              const void* res, const void* w, const void* b, long long rows, int d, float eps,
+                              int contract, void* stream) {
   if (rows < 0 || rows > kMaxGrid || d < 0) return cudaErrorInvalidValue;
+  if ((res == nullptr) != (h_out == nullptr) || (contract != 0 && contract != 2)) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   return with_types(x_code, w_code, [&](auto tx, auto tw) -> cudaError_t {
@@ -282,14 +312,20 @@ extern "C" int normlab_ln_fwd(int x_code, int w_code, void* y, float* mean, floa
     using W = typename decltype(tw)::type;
     constexpr int V = 16 / sizeof(T);
     auto* yp = static_cast<T*>(y);
+    auto* hp = static_cast<T*>(h_out);
     auto* xp = static_cast<const T*>(x);
+    auto* rp = static_cast<const T*>(res);
     auto* wp = static_cast<const W*>(w);
     auto* bp = static_cast<const W*>(b);
     const unsigned grid = static_cast<unsigned>(rows);
-    if (ln_vec_ok<T, W>(x, y, nullptr, w, b, d))
-      NORMLAB_LAUNCH(grid, threads_for(d / V, kFwdItems), 0, s, ln_fwd_kernel<T, W, V>)(yp, mean, rstd, xp, wp, bp, d, eps);
+    const bool vec = ln_vec_ok<T, W>(x, y, nullptr, w, b, d) && aligned_to(res, 16) && aligned_to(h_out, 16) &&
+                     d % V == 0;
+    if (res == nullptr)
+      ln_fwd_launch<T, W, false, false>(vec, grid, s, yp, hp, mean, rstd, xp, rp, wp, bp, d, eps);
+    else if (contract == 2)
+      ln_fwd_launch<T, W, true, true>(vec, grid, s, yp, hp, mean, rstd, xp, rp, wp, bp, d, eps);
     else
-      NORMLAB_LAUNCH(grid, threads_for(d, kFwdItems), 0, s, ln_fwd_kernel<T, W, 1>)(yp, mean, rstd, xp, wp, bp, d, eps);
+      ln_fwd_launch<T, W, true, false>(vec, grid, s, yp, hp, mean, rstd, xp, rp, wp, bp, d, eps);
     return cudaGetLastError();
   });
 }

@@ -196,43 +196,52 @@ std::pair<std::optional<at::Tensor>, std::optional<at::Tensor>> common_param_dty
 }
 
 void check_ln_fwd(const at::Tensor& x, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
-                  double eps, const char* op) {
+                  double eps, const std::optional<at::Tensor>& residual, int64_t contract, const char* op) {
   check_x_here(x, op);
   check_param(weight, x, op, "weight");
   check_param(bias, x, op, "bias");
+  if (residual.has_value()) check_like_x(*residual, x, op, "residual");
   check_eps(eps, op);
+  check_ln_contract(contract, op);
 }
 
+// Launches the forward into y, mean, rstd and residual_out (defined when a residual is given).
 void ln_fwd_into(const at::Tensor& x, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
-                 double eps, at::Tensor& y, at::Tensor& mean, at::Tensor& rstd, const char* op) {
+                 double eps, const std::optional<at::Tensor>& residual, int64_t contract, at::Tensor& y,
+                 at::Tensor& mean, at::Tensor& rstd, at::Tensor& res_out, const char* op) {
   DeviceGuard guard(x.device());
   auto [w, b] = common_param_dtype(weight, bias);
   const int w_code = w.has_value() ? code_of(w->scalar_type()) : (b.has_value() ? code_of(b->scalar_type()) : -1);
-  check_cuda(normlab_ln_fwd(code_of(x.scalar_type()), w_code, y.data_ptr(), mean.data_ptr<float>(),
-                            rstd.data_ptr<float>(), x.data_ptr(), ptr_or_null(w), ptr_or_null(b), rows_of(x),
-                            static_cast<int>(x.size(-1)), static_cast<float>(eps), stream_of(x)),
+  check_cuda(normlab_ln_fwd(code_of(x.scalar_type()), w_code, y.data_ptr(),
+                            residual.has_value() ? res_out.data_ptr() : nullptr, mean.data_ptr<float>(),
+                            rstd.data_ptr<float>(), x.data_ptr(), ptr_or_null(residual), ptr_or_null(w),
+                            ptr_or_null(b), rows_of(x), static_cast<int>(x.size(-1)), static_cast<float>(eps),
+                            static_cast<int>(contract), stream_of(x)),
              op);
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_fwd_cuda(const at::Tensor& x,
-                                                                   const std::optional<at::Tensor>& weight,
-                                                                   const std::optional<at::Tensor>& bias, double eps) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> layer_norm_fwd_cuda(
+    const at::Tensor& x, const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps,
+    const std::optional<at::Tensor>& residual, int64_t contract) {
   const char* op = "normlab::layer_norm_fwd";
-  check_ln_fwd(x, weight, bias, eps, op);
+  check_ln_fwd(x, weight, bias, eps, residual, contract, op);
   at::Tensor y = new_like(x);
+  at::Tensor res_out = residual.has_value() ? new_like(x) : at::empty({0}, x.options());
   at::Tensor mean = stats_like(x), rstd = stats_like(x);
-  ln_fwd_into(x, weight, bias, eps, y, mean, rstd, op);
-  return {y, mean, rstd};
+  ln_fwd_into(x, weight, bias, eps, residual, contract, y, mean, rstd, res_out, op);
+  return {y, mean, rstd, res_out};
 }
 
 std::tuple<at::Tensor, at::Tensor> layer_norm_fwd_out_cuda(const at::Tensor& x, const std::optional<at::Tensor>& weight,
                                                            const std::optional<at::Tensor>& bias, double eps,
-                                                           at::Tensor& y) {
+                                                           const std::optional<at::Tensor>& residual, int64_t contract,
+                                                           at::Tensor& y, const std::optional<at::Tensor>& residual_out) {
   const char* op = "normlab::layer_norm_fwd_out";
-  check_ln_fwd(x, weight, bias, eps, op);
-  check_ln_out(x, weight, bias, y, op);
+  check_ln_fwd(x, weight, bias, eps, residual, contract, op);
+  check_ln_out(x, weight, bias, residual, y, residual_out, op);
+  at::Tensor res_out = residual_out.has_value() ? *residual_out : at::Tensor();
   at::Tensor mean = stats_like(x), rstd = stats_like(x);
-  ln_fwd_into(x, weight, bias, eps, y, mean, rstd, op);
+  ln_fwd_into(x, weight, bias, eps, residual, contract, y, mean, rstd, res_out, op);
   return {mean, rstd};
 }
 

@@ -15,45 +15,7 @@ __device__ __forceinline__ float add_squares(const Vec<T, VEC>& a, float ss) {
   return ss;
 }
 
-// h = round_to_T(float(x) + float(res)), the new residual stream.
-template <typename T, int VEC>
-__device__ __forceinline__ Vec<T, VEC> add_round(const Vec<T, VEC>& a, const Vec<T, VEC>& b) {
-  Vec<T, VEC> h;
-#pragma unroll
-  for (int k = 0; k < VEC; ++k) h.v[k] = from_f<T>(to_f(a.v[k]) + to_f(b.v[k]));
-  return h;
-}
-
-// The vector of the row that is normalized: x itself, h = round_T(x + res) (the "hf" residual contract),
-// or, with FP32_SUM (the "fp32" contract), the float32 sum s = x + res, kept in fp32 registers.
-template <typename T, int VEC, bool FP32_SUM>
-using RowVec = Vec<std::conditional_t<FP32_SUM, float, T>, VEC>;
-
-// Vector vi of that row. With a residual and STORE it also stores the new residual stream, round_T(x + res),
-// into hv[vi] (both contracts store the same bits there); without STORE it recomputes the vector only.
-template <typename T, int VEC, bool RESIDUAL, bool FP32_SUM, bool STORE = true>
-__device__ __forceinline__ RowVec<T, VEC, FP32_SUM> row_vec(const Vec<T, VEC>* xv, const Vec<T, VEC>* rv,
-                                                           Vec<T, VEC>* hv, int vi) {
-  static_assert(RESIDUAL || !FP32_SUM, "the fp32 contract concerns the residual add only");
-  if constexpr (!RESIDUAL) {
-    return xv[vi];
-  } else if constexpr (FP32_SUM) {
-    const Vec<T, VEC> a = xv[vi], b = rv[vi];
-    Vec<float, VEC> s;
-    Vec<T, VEC> h;
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) {
-      s.v[k] = to_f(a.v[k]) + to_f(b.v[k]);
-      h.v[k] = from_f<T>(s.v[k]);
-    }
-    if constexpr (STORE) hv[vi] = h;
-    return s;
-  } else {
-    const Vec<T, VEC> h = add_round(xv[vi], rv[vi]);
-    if constexpr (STORE) hv[vi] = h;
-    return h;
-  }
-}
+// add_round, RowVec and row_vec (the row with the residual added) are in common.cuh.
 
 // x * r: in fp32, or (the wide pass, R = double) in double rounded once to fp32.
 __device__ __forceinline__ float scaled(float v, float r) { return v * r; }

@@ -139,22 +139,27 @@ def _rms_backward(ctx, dy, d_res_out, d_rstd):
 
 
 def _ln_setup(ctx, inputs, output):
-    x, weight, bias, eps = inputs
-    y, mean, rstd = output
-    ctx.save_for_backward(x, weight, mean, rstd)
+    x, weight, bias, eps, residual, _contract = inputs
+    y, mean, rstd, res_out = output
+    # as RMSNorm: with a fused residual the backward differentiates the rounded h (the contract bit is
+    # forward-only)
+    ctx.save_for_backward(res_out if residual is not None else x, weight, mean, rstd)
     ctx.bias_dtype = None if bias is None else bias.dtype
+    ctx.has_residual = residual is not None
     ctx.set_materialize_grads(False)
 
 
-def _ln_backward(ctx, dy, d_mean, d_rstd):
+def _ln_backward(ctx, dy, d_mean, d_rstd, d_res_out):
     x, weight, mean, rstd = ctx.saved_tensors
     dx = dw = db = None
     if dy is not None:
         dx, dw, db = torch.ops.normlab.layer_norm_bwd(dy.contiguous(), x, weight, mean, rstd)
     if d_mean is not None or d_rstd is not None:
         dx = _add(dx, _ln_stats_vjp(x, mean, rstd, d_mean, d_rstd))
+    if ctx.has_residual:  # residual_out = h is an output too: its gradient joins dy's
+        dx = _add(dx, d_res_out)
     db = None if ctx.bias_dtype is None or db is None else db.to(ctx.bias_dtype)
-    return dx, _cast(dw, weight), db, None
+    return dx, _cast(dw, weight), db, None, dx if ctx.has_residual else None, None
 # --8<-- [end:autograd]
 
 

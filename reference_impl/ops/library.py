@@ -99,12 +99,13 @@ def _register_fakes() -> None:
         return torch.empty_like(x), dw
 
     @torch.library.register_fake("normlab::layer_norm_fwd")
-    def _ln_fwd_fake(x, weight, bias, eps):
+    def _ln_fwd_fake(x, weight, bias, eps, residual=None, residual_contract=0):
         stat = x.new_empty(x.shape[:-1], dtype=torch.float32)
-        return torch.empty_like(x), stat, torch.empty_like(stat)
+        res_out = torch.empty_like(x) if residual is not None else x.new_empty((0,))
+        return torch.empty_like(x), stat, torch.empty_like(stat), res_out
 
     @torch.library.register_fake("normlab::layer_norm_fwd_out")
-    def _ln_fwd_out_fake(x, weight, bias, eps, *, y):
+    def _ln_fwd_out_fake(x, weight, bias, eps, residual=None, residual_contract=0, *, y, residual_out=None):
         stat = x.new_empty(x.shape[:-1], dtype=torch.float32)
         return stat, torch.empty_like(stat)
 
@@ -276,14 +277,7 @@ def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: flo
         raise TypeError(f"convention must be a string, got {type(convention).__name__}")
     if convention not in CONVENTIONS:
         raise ValueError(f"unknown convention {convention!r}; expected one of {sorted(CONVENTIONS)}")
-    if residual is not None:
-        check_input(residual, "residual")
-        if residual.shape != x.shape:
-            raise ValueError(f"residual has shape {tuple(residual.shape)} but x has shape {tuple(x.shape)}")
-        if residual.dtype != x.dtype:
-            raise TypeError(f"residual has dtype {residual.dtype} but x has dtype {x.dtype}; they must match")
-        if residual.device != x.device:
-            raise ValueError(f"residual is on {residual.device} but x is on {x.device}")
+    _check_residual(residual, x)
     if residual_out is not None and residual is None:
         raise ValueError("residual_out is given without a residual")
     code = CONVENTIONS[convention] + _contract_bit(residual_contract)
@@ -307,8 +301,22 @@ def fused_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: flo
     # --8<-- [end:out]
 
 
+def _check_residual(residual, x) -> None:
+    if residual is None:
+        return
+    check_input(residual, "residual")
+    if residual.shape != x.shape:
+        raise ValueError(f"residual has shape {tuple(residual.shape)} but x has shape {tuple(x.shape)}")
+    if residual.dtype != x.dtype:
+        raise TypeError(f"residual has dtype {residual.dtype} but x has dtype {x.dtype}; they must match")
+    if residual.device != x.device:
+        raise ValueError(f"residual is on {residual.device} but x is on {x.device}")
+
+
 def fused_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                     eps: float = 1e-5, *, out: torch.Tensor | None = None) -> torch.Tensor:
+                     eps: float = 1e-5, *, residual: torch.Tensor | None = None,
+                     out: torch.Tensor | None = None, residual_out: torch.Tensor | None = None,
+                     residual_contract: str = "hf"):
     """Fused LayerNorm over the last dimension: ``round_x(((x - mean) * rstd) * weight + bias)``.
 
     Two-pass statistics in fp32 (biased variance, as ``torch.nn.functional.layer_norm``) with one
@@ -319,21 +327,41 @@ def fused_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: 
     float32, or ``None``. Returns a tensor of x's shape and dtype (``out`` itself when given: keyword-only,
     for inference, as in :func:`fused_rms_norm`), differentiable in ``x``, ``weight`` and ``bias`` to any
     order. The weight and bias gradients are float32 sums over rows, rounded once to each parameter's
-    dtype. Errors as :func:`fused_rms_norm`.
+    dtype.
+
+    The residual add is fused as in :func:`fused_rms_norm`, with the same keyword-only arguments:
+    ``residual`` (x's shape, dtype and device) makes the op normalize ``h = round_x(x + residual)``
+    (``residual_contract="hf"``, the default) or the float32 sum ``s = float(x) + float(residual)``
+    (``"fp32"``: mean, variance and output from s) and return ``(y, h)`` (``h = round_x(s)`` in both);
+    ``residual_out`` receives ``h`` as ``out`` receives ``y``. Gradients reach ``residual``: the
+    gradient wrt x plus the gradient that flows into ``h``. Errors as :func:`fused_rms_norm`.
     """
     _check_fused_input(x, "fused_layer_norm")
-    _check_transforms("fused_layer_norm", x, weight, bias)
+    _check_transforms("fused_layer_norm", x, weight, bias, residual)
     _check_fused_param(weight, x, "weight")
     _check_fused_param(bias, x, "bias")
     eps = check_eps(eps, max_value=_FLOAT32_MAX, checked_by_op=True)
+    _check_residual(residual, x)
+    if residual_out is not None and residual is None:
+        raise ValueError("residual_out is given without a residual")
+    code = _contract_bit(residual_contract)
     _ensure_device(x)
     args = (x.contiguous(), None if weight is None else weight.contiguous(),
-            None if bias is None else bias.contiguous(), eps)
+            None if bias is None else bias.contiguous(), eps,
+            None if residual is None else residual.contiguous(), code)
+    if out is None and residual_out is None:
+        y, _, _, res_out = torch.ops.normlab.layer_norm_fwd(*args)
+        return y if residual is None else (y, res_out)
+    inputs = {"x": x, "weight": weight, "bias": bias, "residual": residual}
     if out is None:
-        return torch.ops.normlab.layer_norm_fwd(*args)[0]
-    _check_out(out, "out", x, {"x": x, "weight": weight, "bias": bias})
-    torch.ops.normlab.layer_norm_fwd_out(*args, y=out)
-    return out
+        out = torch.empty_like(args[0])
+    _check_out(out, "out", x, inputs)
+    if residual is not None:
+        if residual_out is None:
+            residual_out = torch.empty_like(args[0])
+        _check_out(residual_out, "residual_out", x, inputs | {"out": out})
+    torch.ops.normlab.layer_norm_fwd_out(*args, y=out, residual_out=residual_out)
+    return out if residual is None else (out, residual_out)
 
 
 # --8<-- [start:qk_norm]

@@ -730,22 +730,29 @@ class TritonRMSNormFunction(torch.autograd.Function):
 
 
 class TritonLayerNormFunction(torch.autograd.Function):
-    """``apply(x, weight, bias, eps, block_size)`` -> ``y``."""
+    """``apply(x, weight, bias, eps, block_size, residual=None, res_fp32=False)`` -> ``y``, or ``(y, h)``
+    with a residual (as :class:`TritonRMSNormFunction`: the backward uses the rounded h)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, eps, block_size):
-        y, _, rstd, mean = _fwd(x, weight, bias, None, eps, False, False, block_size)
-        ctx.save_for_backward(x, weight, mean, rstd)
+    def forward(ctx, x, weight, bias, eps, block_size, residual=None, res_fp32=False):
+        y, h, rstd, mean = _fwd(x, weight, bias, residual, eps, False, False, block_size, res_fp32)
+        ctx.save_for_backward(x if h is None else h, weight, mean, rstd)
         ctx.bias_dtype, ctx.block_size = None if bias is None else bias.dtype, block_size
-        return y
+        ctx.has_residual = residual is not None
+        return y if h is None else (y, h)
 
     @staticmethod
-    def backward(ctx, dy):
+    def backward(ctx, dy, dh_out=None):
         x, weight, mean, rstd = ctx.saved_tensors
+        if dy is None:  # only the new residual stream was used
+            dy = torch.zeros_like(x)
         dx, dw, db = _bwd(dy, x, weight, ctx.bias_dtype is not None, ctx.bias_dtype, mean, rstd, False, False,
                           ctx.block_size, None)
+        if ctx.has_residual and dh_out is not None:
+            dx = dx + dh_out
         need = ctx.needs_input_grad
-        return (dx if need[0] else None), (dw if need[1] else None), (db if need[2] else None), None, None
+        return (dx if need[0] else None), (dw if need[1] else None), (db if need[2] else None), None, None, \
+            (dx if ctx.has_residual and need[5] else None), None
 
 
 def triton_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
@@ -793,17 +800,23 @@ def triton_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: fl
 
 
 def triton_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-                      eps: float = 1e-5, *, block_size: int | None = None) -> torch.Tensor:
+                      eps: float = 1e-5, *, block_size: int | None = None, residual: torch.Tensor | None = None,
+                      residual_contract: str = "hf"):
     """LayerNorm over the last dimension in Triton: ``round_x((h - mean) * rstd * weight + bias)``.
 
     Same arguments and numerics as :func:`reference_impl.ops.fused_layer_norm` (two-pass float32
     statistics, biased variance); ``block_size`` and the devices as :func:`triton_rms_norm`. Differentiable
-    in ``x``, ``weight`` and ``bias``; the weight and bias gradients are deterministic.
+    in ``x``, ``weight`` and ``bias``; the weight and bias gradients are deterministic. ``residual`` and
+    ``residual_contract`` (keyword-only) fuse the residual add as in ``fused_layer_norm``: returns
+    ``(y, h)``, differentiable in the residual too.
     """
     _check_x(x, "triton_layer_norm")
     _check_p(weight, x, "weight")
     _check_p(bias, x, "bias")
     eps = check_eps(eps, max_value=_FLOAT32_MAX)
+    if residual is not None:
+        residual = _check_like(residual, x, "residual")
+    res_fp32 = _check_contract(residual_contract)
     _settings(x.shape[-1], block_size)
     _check_device(x)
-    return TritonLayerNormFunction.apply(x, weight, bias, eps, block_size)
+    return TritonLayerNormFunction.apply(x, weight, bias, eps, block_size, residual, res_fp32)

@@ -34,7 +34,7 @@ COMMAND = "python -m reference_impl.studies.cuda_resources"
 SHORT_TYPES = {"float": "f32", "__half": "f16", "__nv_bfloat16": "bf16", "true": "res", "false": "nores"}
 # The last template argument of these kernels is FP32_SUM (the "fp32" residual contract): "fp32sum" when set,
 # left out when not, so the "hf" kernels keep their names.
-FP32_SUM_KERNELS = ("rms_fwd_v45", "rms_fwd_rows")
+FP32_SUM_KERNELS = ("rms_fwd_v45", "rms_fwd_rows", "ln_fwd_kernel")
 
 
 def nvcc_path() -> Path:

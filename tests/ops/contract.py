@@ -11,8 +11,8 @@ Each thin module ``tests/ops/test_contract_<backend>.py`` binds :class:`Contract
 Python entry points dispatch to the backend, :class:`PythonLayerContractTests`) to one backend;
 the checks: shapes and dtypes of every output, values against the float64 oracle within the bounds of
 :mod:`reference_impl.tolerances` for both RMSNorm conventions, with and without gain and residual, both
-residual contracts of the RMSNorm forward ("hf": normalize round_x(x + r); "fp32", convention + 2: normalize
-the float32 sum, including rows that take the pass in double), LayerNorm
+residual contracts of the RMSNorm and LayerNorm forwards ("hf": normalize round_x(x + r); "fp32", code + 2:
+normalize the float32 sum, including rows that take the pass in double), LayerNorm
 with any parameters, float32 parameter gradients, the out= ops (equal to the allocating ops, and their
 errors), the exception type of every bad argument, empty batches, and bit-identical repeats.
 """
@@ -154,7 +154,7 @@ class ContractTests:
             x = x + 3  # an offset makes the centring matter
             w = w if "w" in params else None
             b = b if "b" in params else None
-            y, mean, rstd = be.ops.layer_norm_fwd(be.to(x), be.to(w), be.to(b), LN_EPS)
+            y, mean, rstd = be.ops.layer_norm_fwd(be.to(x), be.to(w), be.to(b), LN_EPS)[:3]
             assert y.dtype == dtype and mean.dtype == rstd.dtype == torch.float32
             assert mean.shape == rstd.shape == x.shape[:-1]
             tol.assert_within(y.cpu(), oracle.layer_norm_forward(_np(x), _np(w), _np(b), LN_EPS),
@@ -182,7 +182,7 @@ class ContractTests:
         x = torch.tensor([1.0, -1.0] * 4, dtype=dtype).repeat(rows, 1)
         w, b = torch.full((8,), 0.5), torch.zeros(8)
         dy = torch.ones(rows, 8, dtype=dtype)
-        _, mean, rstd = be.ops.layer_norm_fwd(be.to(x), be.to(w), be.to(b), 0.0)
+        _, mean, rstd = be.ops.layer_norm_fwd(be.to(x), be.to(w), be.to(b), 0.0)[:3]
         _, dw, db = be.ops.layer_norm_bwd(be.to(dy), be.to(x), be.to(w), mean, rstd)
         assert torch.equal(db.cpu(), torch.full((8,), float(rows)))
         assert torch.equal(dw.cpu(), torch.tensor([1.0, -1.0] * 4) * rows)
@@ -203,10 +203,16 @@ class ContractTests:
             yo, ho = torch.full_like(x, float("nan")), (torch.full_like(x, float("nan")) if residual else None)
             rstd_o = be.ops.rms_norm_fwd_out(x, w, res, EPS, 1, y=yo, residual_out=ho)
             assert torch.equal(yo, y) and torch.equal(rstd_o, rstd) and (not residual or torch.equal(ho, h))
-            yl, mean, rs = be.ops.layer_norm_fwd(x, w, b, LN_EPS)
+            yl, mean, rs = be.ops.layer_norm_fwd(x, w, b, LN_EPS)[:3]
             ylo = torch.full_like(x, float("nan"))
             mean_o, rs_o = be.ops.layer_norm_fwd_out(x, w, b, LN_EPS, y=ylo)
             assert torch.equal(ylo, yl) and torch.equal(mean_o, mean) and torch.equal(rs_o, rs)
+            for code in (0, 2):  # LayerNorm with the residual add, both contracts
+                yl, mean, rs, hl = be.ops.layer_norm_fwd(x, w, b, LN_EPS, res, code)
+                ylo, hlo = torch.full_like(x, float("nan")), (torch.full_like(x, float("nan")) if residual else None)
+                mean_o, rs_o = be.ops.layer_norm_fwd_out(x, w, b, LN_EPS, res, code, y=ylo, residual_out=hlo)
+                assert torch.equal(ylo, yl) and torch.equal(mean_o, mean) and torch.equal(rs_o, rs)
+                assert (torch.equal(hlo, hl) if residual else hl.shape == (0,))
 
     def test_out_op_errors(self):
         be = self.backend
@@ -224,6 +230,13 @@ class ContractTests:
             "residual_out without residual": (ValueError, lambda: rms(y=ok, residual_out=torch.empty_like(x))),
             "ln y is x": (ValueError, lambda: be.ops.layer_norm_fwd_out(x, w, b, LN_EPS, y=x)),
             "ln wrong dtype": (TypeError, lambda: be.ops.layer_norm_fwd_out(x, w, b, LN_EPS, y=ok.bfloat16())),
+            "ln y is the residual": (ValueError, lambda: be.ops.layer_norm_fwd_out(x, w, b, LN_EPS, r, 0, y=r,
+                                                                                   residual_out=ok)),
+            "ln residual_out is y": (ValueError, lambda: be.ops.layer_norm_fwd_out(x, w, b, LN_EPS, r, 0, y=ok,
+                                                                                   residual_out=ok)),
+            "ln residual_out missing": (ValueError, lambda: be.ops.layer_norm_fwd_out(x, w, b, LN_EPS, r, 2, y=ok)),
+            "ln residual_out without residual": (ValueError, lambda: be.ops.layer_norm_fwd_out(
+                x, w, b, LN_EPS, None, 0, y=ok, residual_out=torch.empty_like(x))),
         }
         # x and y in one storage: overlapping by 5 elements, then side by side (no overlap)
         buf = torch.empty(2 * x.numel(), device=be.device)
@@ -243,7 +256,7 @@ class ContractTests:
         be = self.backend
         x, w, _, dy, r = (be.to(t) for t in _data((3, 8), torch.float32, 70))
         rstd = be.ops.rms_norm_fwd(x, w, None, EPS, 0)[2]
-        _, mean, rs = be.ops.layer_norm_fwd(x, w, None, LN_EPS)
+        _, mean, rs = be.ops.layer_norm_fwd(x, w, None, LN_EPS)[:3]
         ops = be.ops
         return {
             "x int": (TypeError, lambda: ops.rms_norm_fwd(x.int(), None, None, EPS, 0)),
@@ -274,6 +287,10 @@ class ContractTests:
             "ln x empty last dim": (ValueError, lambda: ops.layer_norm_fwd(x[:, :0], None, None, LN_EPS)),
             "ln bwd mean shape": (ValueError, lambda: ops.layer_norm_bwd(dy, x, w, mean[:1], rs)),
             "ln bwd rstd dtype": (TypeError, lambda: ops.layer_norm_bwd(dy, x, w, mean, rs.half())),
+            "ln residual dtype": (TypeError, lambda: ops.layer_norm_fwd(x, w, None, LN_EPS, r.half(), 0)),
+            "ln residual shape": (ValueError, lambda: ops.layer_norm_fwd(x, w, None, LN_EPS, r[:2], 0)),
+            "ln residual contract 1": (ValueError, lambda: ops.layer_norm_fwd(x, w, None, LN_EPS, r, 1)),
+            "ln residual contract 4": (ValueError, lambda: ops.layer_norm_fwd(x, w, None, LN_EPS, None, 4)),
         }
 
     # --- the residual contract ------------------------------------------------------------------------------
@@ -329,6 +346,69 @@ class ContractTests:
             want = (t.to(dtype).float() * gain).to(dtype) if conv == 0 else (t * gain).to(dtype)
             assert torch.equal(y.cpu(), want), (be.name, conv)
 
+    @pytest.mark.guards("ops.residual_contract")
+    @pytest.mark.parametrize("params", ["wb", "none"])
+    @pytest.mark.parametrize("contract", ["hf", "fp32"])
+    @pytest.mark.parametrize("dtype", DTYPES, ids=str)
+    def test_layer_norm_residual_contracts(self, dtype, contract, params):
+        """LayerNorm with the residual add: residual_out is round_x(x + r) bit for bit under both contracts;
+        y is within the LayerNorm bound of the float64 oracle applied to what the contract normalizes: the
+        rounded h ("hf", code 0) or the float32 sum s ("fp32", code 2)."""
+        be = self.backend
+        code = {"hf": 0, "fp32": 2}[contract]
+        for i, shape in enumerate(be.shapes):
+            x, w, b, _, r = _data(shape, dtype, 110 + i)
+            x, r = x + 3, r * 4  # an offset for the centring, a residual stream larger than the update
+            w, b = (w, b) if params == "wb" else (None, None)
+            y, mean, rstd, h = be.ops.layer_norm_fwd(be.to(x), be.to(w), be.to(b), LN_EPS, be.to(r), code)
+            assert y.dtype == h.dtype == dtype and y.shape == h.shape == x.shape
+            assert mean.dtype == rstd.dtype == torch.float32 and mean.shape == rstd.shape == x.shape[:-1]
+            s = x.float() + r.float()
+            assert torch.equal(h.cpu(), s.to(dtype)), "the residual output is the rounded sum either way"
+            n = h.cpu() if contract == "hf" else s
+            tol.assert_within(y.cpu(), oracle.layer_norm_forward(_np(n), _np(w), _np(b), LN_EPS),
+                              tol.ln_forward_bound(n, w, b, LN_EPS, dtype), f"{be.name} ln {contract} y {shape}")
+            emean = n.double().mean(-1)
+            assert (mean.cpu().double() - emean).abs().max() <= 2.0 ** -20 * n.double().abs().mean(-1).max()
+            # the same as normalizing n without a residual: h exactly ("hf"); s when it is representable
+            if contract == "hf" or dtype == torch.float32:
+                y0 = be.ops.layer_norm_fwd(be.to(n.to(dtype)), be.to(w), be.to(b), LN_EPS)[0]
+                assert torch.equal(y, y0), f"{be.name} ln {contract}: not the plain LayerNorm of {contract}'s row"
+            # the other contract: same residual output; the same y in float32 (round_x(s) = s)
+            y2, _, _, h2 = be.ops.layer_norm_fwd(be.to(x), be.to(w), be.to(b), LN_EPS, be.to(r), 2 - code)
+            assert torch.equal(h2, h)
+            if dtype == torch.float32:
+                assert torch.equal(y2, y)
+            # without a residual the contract changes nothing
+            y0 = be.ops.layer_norm_fwd(be.to(x), be.to(w), be.to(b), LN_EPS, None, code)
+            assert torch.equal(y0[0], be.ops.layer_norm_fwd(be.to(x), be.to(w), be.to(b), LN_EPS)[0])
+            assert y0[3].shape == (0,)
+
+    @pytest.mark.guards("ops.residual_contract")
+    @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+    def test_layer_norm_fp32_contract_on_rows_that_leave_the_float32_range(self, dtype):
+        """LayerNorm rows whose float32 sum of squared deviations overflows take the pass in double; under
+        the fp32 contract it reads s = x + r, summed in element order: mean and rstd are the double values
+        rounded once, on every backend."""
+        be = self.backend
+        x, w, b, _, r = _data((3, 33), dtype, 115)
+        x, r = (x * 2.0 ** 70).to(dtype), (r * 2.0 ** 72).to(dtype)
+        y, mean, rstd, h = be.ops.layer_norm_fwd(be.to(x), be.to(w), be.to(b), 0.0, be.to(r), 2)
+        s = x.float() + r.float()
+        assert torch.equal(h.cpu(), s.to(dtype))
+        for k, row in enumerate(s.double()):
+            acc = 0.0
+            for v in row.tolist():
+                acc += v
+            mu = acc / row.numel()
+            q = 0.0
+            for v in row.tolist():
+                q += (v - mu) * (v - mu)
+            assert mean[k].item() == float(torch.tensor(mu).float()), (be.name, k)
+            assert rstd[k].item() == float(torch.tensor(1.0 / math.sqrt(q / row.numel())).float()), (be.name, k)
+        tol.assert_within(y.cpu(), oracle.layer_norm_forward(_np(s), _np(w), _np(b), 0.0),
+                          tol.ln_forward_bound(s, w, b, 0.0, dtype), f"{be.name} ln fp32 contract, wide rows")
+
     def test_bad_arguments_raise_type_or_value_errors(self):
         for what, (etype, fn) in self._bad_calls().items():
             assert _err(fn, what) is etype, what
@@ -344,7 +424,7 @@ class ContractTests:
             assert y.shape == h.shape == x.shape and rstd.shape == x.shape[:-1]
             dx, dw = be.ops.rms_norm_bwd(dy, x, w, rstd, 0)
             assert dx.shape == x.shape and torch.equal(dw.cpu(), torch.zeros(shape[-1]))
-            yl, mean, rs = be.ops.layer_norm_fwd(x, w, b, LN_EPS)
+            yl, mean, rs = be.ops.layer_norm_fwd(x, w, b, LN_EPS)[:3]
             dxl, dwl, dbl = be.ops.layer_norm_bwd(dy, x, w, mean, rs)
             assert yl.shape == dxl.shape == x.shape
             assert torch.equal(dwl.cpu(), torch.zeros(shape[-1])) and torch.equal(dbl.cpu(), torch.zeros(shape[-1]))
@@ -358,7 +438,7 @@ class ContractTests:
         for _ in range(3):
             y, h, rstd = be.ops.rms_norm_fwd(x, w, r, EPS, 0)
             dx, dw = be.ops.rms_norm_bwd(dy, h, w, rstd, 0)
-            yl, mean, rs = be.ops.layer_norm_fwd(x, w, b, LN_EPS)
+            yl, mean, rs = be.ops.layer_norm_fwd(x, w, b, LN_EPS)[:3]
             dxl, dwl, dbl = be.ops.layer_norm_bwd(dy, x, w, mean, rs)
             out = [y, h, rstd, dx, dw, yl, mean, rs, dxl, dwl, dbl]
             if first is None:
@@ -403,6 +483,16 @@ class PythonLayerContractTests:
                               lambda: be.ops.layer_norm_fwd(x.half(), None, w.bfloat16(), LN_EPS)),
             "ln eps": (lambda: fused_layer_norm(x, w, None, -1e-5),
                        lambda: be.ops.layer_norm_fwd(x, w, None, -1e-5)),
+            "ln residual dtype": (lambda: fused_layer_norm(x, w, residual=r.half()),
+                                  lambda: be.ops.layer_norm_fwd(x, w, None, LN_EPS, r.half(), 0)),
+            "ln residual shape": (lambda: fused_layer_norm(x, w, residual=r[:2]),
+                                  lambda: be.ops.layer_norm_fwd(x, w, None, LN_EPS, r[:2], 0)),
+            "ln residual contract": (lambda: fused_layer_norm(x, w, residual=r, residual_contract="fp16"),
+                                     lambda: be.ops.layer_norm_fwd(x, w, None, LN_EPS, r, 1)),
+            "ln residual_out without residual": (
+                lambda: fused_layer_norm(x, w, residual_out=torch.empty_like(x)),
+                lambda: be.ops.layer_norm_fwd_out(x, w, None, LN_EPS, None, 0, y=torch.empty_like(x),
+                                                  residual_out=torch.empty_like(x))),
             "out dtype": (lambda: fused_rms_norm(x, w, out=torch.empty_like(x).half()),
                           lambda: be.ops.rms_norm_fwd_out(x, w, None, EPS, 0, y=torch.empty_like(x).half(),
                                                           residual_out=None)),

@@ -214,7 +214,7 @@ def test_empty_inputs():
         dx, dw = torch.ops.normlab.rms_norm_bwd(torch.ones_like(x), x, w, rstd, 0)
         assert dx.shape == x.shape and dw.shape == w.shape
         assert (dw == 0).all() and dw.dtype == torch.float32  # a sum over no rows
-        yl, mean, rs = torch.ops.normlab.layer_norm_fwd(x, w, w, 1e-5)
+        yl, mean, rs = torch.ops.normlab.layer_norm_fwd(x, w, w, 1e-5)[:3]
         dxl, dwl, dbl = torch.ops.normlab.layer_norm_bwd(torch.ones_like(x), x, w, mean, rs)
         assert dxl.shape == x.shape and dwl.shape == w.shape and dbl.shape == w.shape
 
@@ -266,7 +266,7 @@ def test_repeated_runs_are_bit_identical(dtype):
         for _ in range(3):
             y, h, rstd = torch.ops.normlab.rms_norm_fwd(x, w, res, EPS, 0)
             dx, dw = torch.ops.normlab.rms_norm_bwd(dy, h, w, rstd, 0)
-            yl, mean, rs = torch.ops.normlab.layer_norm_fwd(x, w, w, 1e-5)
+            yl, mean, rs = torch.ops.normlab.layer_norm_fwd(x, w, w, 1e-5)[:3]
             dxl, dwl, dbl = torch.ops.normlab.layer_norm_bwd(dy, x, w, mean, rs)
             out = [y, h, rstd, dx, dw, yl, mean, rs, dxl, dwl, dbl]
             if first is None:
@@ -310,12 +310,12 @@ def test_layer_norm_matches_oracle_and_cpu_op(dtype, pmode):
         x, dy, w, b = layer_norm_case(shape, dtype, pmode, seed=1000 + i)
         d = shape[-1]
         cu = lambda t: None if t is None else t.cuda()  # noqa: E731
-        y, mean, rstd = torch.ops.normlab.layer_norm_fwd(x.cuda(), cu(w), cu(b), eps)
+        y, mean, rstd = torch.ops.normlab.layer_norm_fwd(x.cuda(), cu(w), cu(b), eps)[:3]
         ey = oracle.layer_norm_forward(x.double().numpy(), None if w is None else w.double().numpy(),
                                        None if b is None else b.double().numpy(), eps)
         by = tol.ln_forward_bound(x, w, b, eps, dtype)
         tol.assert_within(y.cpu(), ey, by, f"LN y {shape}")
-        y_cpu, mean_cpu, rstd_cpu = torch.ops.normlab.layer_norm_fwd(x, w, b, eps)
+        y_cpu, mean_cpu, rstd_cpu = torch.ops.normlab.layer_norm_fwd(x, w, b, eps)[:3]
         tol.assert_within(y.cpu(), y_cpu.double().numpy(), 2 * by, f"LN y {shape} vs CPU op")
         dx, dw, db = torch.ops.normlab.layer_norm_bwd(dy.cuda(), x.cuda(), cu(w), mean, rstd)
         assert db.dtype == torch.float32 and db.shape == (d,)  # the float32 sum over rows
@@ -359,7 +359,7 @@ def test_opcheck(dtype):
     rg = lambda t: t.detach().clone().requires_grad_(True)  # noqa: E731
     _, _, rstd = torch.ops.normlab.rms_norm_fwd(x, w, None, EPS, 0)
     torch.library.opcheck(torch.ops.normlab.rms_norm_bwd.default, (rg(dy), rg(x), rg(w), rg(rstd), 0))
-    _, mean, rs = torch.ops.normlab.layer_norm_fwd(x, w, w, 1e-5)
+    _, mean, rs = torch.ops.normlab.layer_norm_fwd(x, w, w, 1e-5)[:3]
     torch.library.opcheck(torch.ops.normlab.layer_norm_bwd.default, (rg(dy), rg(x), rg(w), rg(mean), rg(rs)))
     torch.library.opcheck(torch.ops.normlab.rms_norm_fwd_out.default, (x, w, res, EPS, 0),
                           {"y": torch.empty_like(x), "residual_out": torch.empty_like(x)}, test_utils=no_grad_utils)

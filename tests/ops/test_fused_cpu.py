@@ -318,6 +318,8 @@ def _opcheck_cases():
         ("rms_norm_bwd", (dy, x, None, rstd, 1)),
         ("layer_norm_fwd", (rg(x), rg(w), rg(b), 1e-5)),
         ("layer_norm_fwd", (rg(xb), None, None, 1e-5)),
+        ("layer_norm_fwd", (rg(x), rg(w), rg(b), 1e-5, rg(r), 0)),  # the fused residual, both contracts
+        ("layer_norm_fwd", (xb, wb.float(), bb, 1e-5, rb, 2)),
         ("layer_norm_bwd", (dy, x, w, mean, rstd)),
         ("layer_norm_bwd", (dyb, xb, None, torch.zeros(4), torch.ones(4))),
         # the backward ops are differentiable (double backward): autograd registration checked too
@@ -327,7 +329,7 @@ def _opcheck_cases():
 
 
 @pytest.mark.guards("fused.custom_op", "snippet:ops.schema", "snippet:library.fakes")
-@pytest.mark.parametrize("case", range(12))
+@pytest.mark.parametrize("case", range(14))
 def test_opcheck(case):
     name, args = _opcheck_cases()[case]
     torch.library.opcheck(getattr(torch.ops.normlab, name).default, args)

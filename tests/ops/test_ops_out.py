@@ -102,6 +102,8 @@ def test_opcheck_out_ops():
          {"y": torch.empty_like(xb), "residual_out": torch.empty_like(xb)}),
         (torch.ops.normlab.layer_norm_fwd_out.default, (x, w, b, 1e-5), {"y": torch.empty_like(x)}),
         (torch.ops.normlab.layer_norm_fwd_out.default, (xb, None, None, 1e-5), {"y": torch.empty_like(xb)}),
+        (torch.ops.normlab.layer_norm_fwd_out.default, (x, w, b, 1e-5, r, 2),
+         {"y": torch.empty_like(x), "residual_out": torch.empty_like(x)}),
     ]
     for op, args, kwargs in cases:
         torch.library.opcheck(op, args, kwargs)
