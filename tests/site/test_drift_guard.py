@@ -63,7 +63,7 @@ def test_drift_guard_catches_altered_formulas(built_site):
     tex = known["rms.forward"]
     assert tex.replace("&", "&amp;") in page or tex in page
     # 1) a hand edit of the LaTeX: eps moved out of the square root
-    edited = page.replace(r"\frac{\sum_{j=1}^{d} {x}_{j}^{2}}{d} + \epsilon}}", r"\frac{\sum_{j=1}^{d} {x}_{j}^{2}}{d}} + \epsilon}", 1)
+    edited = page.replace(r"\frac{1}{d} \sum_{j=1}^{d} {x}_{j}^{2} + \epsilon}}", r"\frac{1}{d} \sum_{j=1}^{d} {x}_{j}^{2}} + \epsilon}", 1)
     assert edited != page
     assert any("rms.forward" in p and "differs" in p for p in check_html(edited, known))
     # 2) a display formula pasted without the macro
