@@ -16,12 +16,7 @@ void rms_fwd_dispatch(const RmsFwdArgs& a, int64_t rows) {
   const int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(a.d, 1));
   const bool tiles = use_tiles(a.d, sizeof(T)) && !a.residual;
   at::parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
-    with_isa(isa, [&](auto v) {
-      if (tiles)
-        rms_fwd_tiles<decltype(v), T, WT>(a, r0, r1);
-      else
-        rms_fwd_rows<decltype(v), T, WT>(a, r0, r1);
-    });
+    with_isa(isa, [&](auto v) { rms_fwd_any<decltype(v), T, WT>(a, r0, r1, tiles); });
   });
 }
 

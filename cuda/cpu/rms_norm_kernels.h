@@ -20,6 +20,9 @@
 #include <cmath>
 #include <cstdint>
 
+#include <type_traits>
+
+#include "rms_bf16.h"
 #include "simd.h"
 
 namespace normlab_cpu {
@@ -204,6 +207,77 @@ void rms_fwd_tiles(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
   }
 }
 // --8<-- [end:rms_fwd_tiles]
+
+// --8<-- [start:rms_fwd_bf16]
+// bfloat16 rows on a processor with AVX512-BF16 (rms_bf16.h): R rows at a time (R = 1 for long rows, a
+// tile for short ones; every row gets the same bits either way). A row that rms_bf16.h's check turns
+// away (a denormal, Inf or NaN in reach, a sum of squares out of range) goes through rms_fwd_rows.
+template <class V, class T, class WT>
+constexpr bool bf16_fast_path() {
+  return std::is_same_v<V, Vec512Bf16> && std::is_same_v<T, c10::BFloat16> && std::is_same_v<WT, float>;
+}
+
+template <class V, int R>
+void rms_fwd_bf16(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
+  using namespace bf16_fast;
+  const int64_t d = a.d;
+  const float* w = static_cast<const float*>(a.w);
+  const float gain = least_gain(w, d, a.convention);
+  const float fd = static_cast<float>(d);
+  auto finish = [&](int64_t i, float ss, uint32_t mag) {
+    const float rs = 1.0f / std::sqrt(ss / fd + a.eps);
+    if (__builtin_expect(!row_ok(ss, mag, rs, gain), 0)) {
+      RmsFwdArgs one = a;
+      one.stream = false;  // the fence comes at the end
+      rms_fwd_rows<V, c10::BFloat16, float>(one, i, i + 1);
+      return;
+    }
+    a.rstd[i] = rs;
+    const c10::BFloat16* x = static_cast<const c10::BFloat16*>(a.x) + i * d;
+    c10::BFloat16* y = static_cast<c10::BFloat16*>(a.y) + i * d;
+    if (!w)
+      store_row<2>(x, y, w, d, rs, a.stream);
+    else if (a.convention == 0)
+      store_row<0>(x, y, w, d, rs, a.stream);
+    else
+      store_row<1>(x, y, w, d, rs, a.stream);
+  };
+  const c10::BFloat16* x0 = static_cast<const c10::BFloat16*>(a.x);
+  int64_t i = r0;
+  for (; i + R <= r1; i += R) {
+    float ss[R];
+    uint32_t mag[R];
+    sumsq<R>(x0 + i * d, d, ss, mag);
+    for (int r = 0; r < R; ++r) finish(i + r, ss[r], mag[r]);
+  }
+  for (; i < r1; ++i) {
+    float ss[1];
+    uint32_t mag[1];
+    sumsq<1>(x0 + i * d, d, ss, mag);
+    finish(i, ss[0], mag[0]);
+  }
+  if (a.stream) V::fence();
+}
+// --8<-- [end:rms_fwd_bf16]
+
+// The forward the glue runs: the bfloat16 path above where it applies (no residual), otherwise the
+// tiled or the row-at-a-time template.
+template <class V, class T, class WT>
+void rms_fwd_any(const RmsFwdArgs& a, int64_t r0, int64_t r1, bool tiles) {
+  if constexpr (bf16_fast_path<V, T, WT>()) {
+    if (!a.residual) {
+      if (tiles)
+        rms_fwd_bf16<V, tile_rows<V>()>(a, r0, r1);
+      else
+        rms_fwd_bf16<V, 1>(a, r0, r1);
+      return;
+    }
+  }
+  if (tiles)
+    rms_fwd_tiles<V, T, WT>(a, r0, r1);
+  else
+    rms_fwd_rows<V, T, WT>(a, r0, r1);
+}
 
 // --8<-- [start:rms_bwd]
 // Rows [r0, r1) form one block; `part` (length d, zeroed) receives the block's dweight partial sum.

@@ -33,7 +33,7 @@ NVCC_HOST_WARNINGS = (*(("-Werror=all-warnings",) if "-Werror" in WARNINGS else 
 CPU_NAME = "normlab_cpu"
 CPU_SOURCES = ("ops.cpp", "cpu/rms_norm_cpu.cpp", "cpu/layer_norm_cpu.cpp")
 # headers the CPU library is compiled from (ninja tracks them; listed for source hashes and readers)
-CPU_HEADERS = ("ops.h", "op_checks.h", "cpu/simd.h", "cpu/isa.h", "cpu/rms_norm_kernels.h",
+CPU_HEADERS = ("ops.h", "op_checks.h", "cpu/simd.h", "cpu/isa.h", "cpu/rms_norm_kernels.h", "cpu/rms_bf16.h",
                "cpu/layer_norm_kernels.h", "cpu/cpu_common.h")
 # -ffp-contract=off: no silent a*b+c -> fma, so vector lanes and scalar tails round identically.
 # -fopenmp: at::parallel_for expands to an OpenMP region in the extension's own code.
