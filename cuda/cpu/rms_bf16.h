@@ -52,14 +52,46 @@ inline __m512 hi(__m512i v) {
 inline __m512i pack(__m512 a, __m512 b) { return (__m512i)_mm512_cvtne2ps_pbh(b, a); }
 inline __mmask32 tail_mask(int64_t n) { return n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1; }
 
-// Sum of squares of R rows of d bfloat16 (row r at x + r * d), each row in the same order whatever R
-// is: four float32 accumulators over steps of 128 elements, then the first alone over steps of 32, then
-// the masked tail, then (a0 + a1) + (a2 + a3) and the lanes in _mm512_reduce_add_ps's order. Each
-// VDPBF16PS adds to lane k the square of element 2k+1 and then that of element 2k. mag[r] receives the
-// bits of the row's smallest nonzero |x| as a float32 (0 for a row of zeros): the unsigned minimum of
-// 2x - 1 over the raw 16-bit words drops the sign bit and sends 0 to 0xFFFF, above every other value.
-template <int R>
-inline void sumsq(const c10::BFloat16* x, int64_t d, float* ss, uint32_t* mag) {
+// The sum of the 16 lanes: lane k + lane k+8, then k + k+4, then k + k+2, then the last two. sum4 adds
+// four vectors' lanes in the same pairs (IEEE addition is commutative, so each sum has the same bits as
+// sum1 of its vector) with a quarter of the shuffles.
+inline float sum1(__m512 v) {
+  const __m256 t = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  const __m128 u = _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
+  const __m128 s = _mm_add_ps(u, _mm_shuffle_ps(u, u, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, _MM_SHUFFLE(3, 2, 0, 1))));
+}
+inline void sum4(__m512 v0, __m512 v1, __m512 v2, __m512 v3, float* out) {
+  // [v0 lanes 0-7 + 8-15, v1 lanes 0-7 + 8-15], the same for v2, v3
+  const __m512 a = _mm512_add_ps(_mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_f32x4(v0, v1, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 b = _mm512_add_ps(_mm512_shuffle_f32x4(v2, v3, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_f32x4(v2, v3, _MM_SHUFFLE(3, 2, 3, 2)));
+  // one 128-bit lane per row: its lanes 0-3 + 4-7
+  const __m512 c = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 e = _mm512_add_ps(c, _mm512_shuffle_ps(c, c, _MM_SHUFFLE(1, 0, 3, 2)));
+  const __m512 f = _mm512_add_ps(e, _mm512_shuffle_ps(e, e, _MM_SHUFFLE(3, 2, 0, 1)));
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, f);
+  out[0] = lanes[0], out[1] = lanes[4], out[2] = lanes[8], out[3] = lanes[12];
+}
+// The smallest of the 32 unsigned 16-bit lanes.
+inline uint32_t min1(__m512i m) {
+  const __m256i h = _mm256_min_epu16(_mm512_castsi512_si256(m), _mm512_extracti64x4_epi64(m, 1));
+  const __m128i q = _mm_min_epu16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+  return static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(q))) & 0xFFFFu;
+}
+// The bits of the smallest nonzero |x| as a float32 (0 when every x is zero), from the minimum of 2x - 1.
+inline uint32_t magnitude(uint32_t least) { return least == 0xFFFFu ? 0u : ((least + 1u) >> 1) << 16; }
+
+// Sum of squares of R rows of d bfloat16 (row r at x + r * d; d is the compile-time D when D > 0, for
+// the short head sizes), each row in the same order whatever R and D are: four float32 accumulators over
+// steps of 128 elements, then the first alone over steps of 32, then the masked tail, then
+// (a0 + a1) + (a2 + a3) and the lanes in sum1's order. Each VDPBF16PS adds to lane k the square of element
+// 2k+1 and then that of element 2k. mag[r] receives the bits of the row's smallest nonzero |x| as a
+// float32 (0 for a row of zeros): the unsigned minimum of 2x - 1 over the raw 16-bit words drops the sign
+// bit and sends 0 to 0xFFFF, above every other value.
+template <int R, int D>
+inline void sumsq(const c10::BFloat16* x, int64_t dn, float* ss, uint32_t* mag) {
+  const int64_t d = D > 0 ? D : dn;
   __m512 a[R][4];
   __m512i m[R];
   const __m512i minus1 = _mm512_set1_epi16(-1);
@@ -73,6 +105,7 @@ inline void sumsq(const c10::BFloat16* x, int64_t d, float* ss, uint32_t* mag) {
     m[r] = _mm512_min_epu16(m[r], _mm512_add_epi16(_mm512_add_epi16(v, v), minus1));
   };
   int64_t j = 0;
+#pragma GCC unroll 4
   for (; j + 128 <= d; j += 128) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
@@ -83,6 +116,7 @@ inline void sumsq(const c10::BFloat16* x, int64_t d, float* ss, uint32_t* mag) {
       step(r, 3, _mm512_loadu_si512(p + 96));
     }
   }
+#pragma GCC unroll 4
   for (; j + 32 <= d; j += 32) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) step(r, 0, _mm512_loadu_si512(x + r * d + j));
@@ -92,13 +126,33 @@ inline void sumsq(const c10::BFloat16* x, int64_t d, float* ss, uint32_t* mag) {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) step(r, 0, _mm512_maskz_loadu_epi16(k, x + r * d + j));
   }
+  // (a0 + a1) + (a2 + a3); a row shorter than 128 leaves a1..a3 at +0, and adding +0 to a sum of squares
+  // (+0 or more, or NaN) changes no bit, so those adds are skipped there
+  __m512 t[R];
 #pragma GCC unroll 8
-  for (int r = 0; r < R; ++r) {
-    ss[r] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a[r][0], a[r][1]), _mm512_add_ps(a[r][2], a[r][3])));
-    __m256i h = _mm256_min_epu16(_mm512_castsi512_si256(m[r]), _mm512_extracti64x4_epi64(m[r], 1));
-    __m128i q = _mm_min_epu16(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-    const uint32_t least = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm_minpos_epu16(q))) & 0xFFFFu;
-    mag[r] = least == 0xFFFFu ? 0u : ((least + 1u) >> 1) << 16;
+  for (int r = 0; r < R; ++r)
+    t[r] = d < 128 ? a[r][0] : _mm512_add_ps(_mm512_add_ps(a[r][0], a[r][1]), _mm512_add_ps(a[r][2], a[r][3]));
+  if constexpr (R == 4) {
+    sum4(t[0], t[1], t[2], t[3], ss);
+    const __m512i m01 = _mm512_min_epu16(_mm512_shuffle_i64x2(m[0], m[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                         _mm512_shuffle_i64x2(m[0], m[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512i m23 = _mm512_min_epu16(_mm512_shuffle_i64x2(m[2], m[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                         _mm512_shuffle_i64x2(m[2], m[3], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512i q = _mm512_min_epu16(_mm512_shuffle_i64x2(m01, m23, _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_i64x2(m01, m23, _MM_SHUFFLE(3, 1, 3, 1)));
+    q = _mm512_min_epu16(q, _mm512_shuffle_epi32(q, _MM_PERM_BADC));  // one 128-bit lane per row
+    q = _mm512_min_epu16(q, _mm512_shuffle_epi32(q, _MM_PERM_CDAB));
+    q = _mm512_min_epu16(q, _mm512_srli_epi32(q, 16));
+    alignas(64) uint32_t lanes[16];
+    _mm512_store_si512(lanes, q);
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) mag[r] = magnitude(lanes[4 * r] & 0xFFFFu);
+  } else {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      ss[r] = sum1(t[r]);
+      mag[r] = magnitude(min1(m[r]));
+    }
   }
 }
 
@@ -106,9 +160,10 @@ inline void sumsq(const c10::BFloat16* x, int64_t d, float* ss, uint32_t* mag) {
 // (convention 1, Gemma) or round(x * rs) (no gain), 32 elements per step, the last step masked. The
 // operations and their order are the generic kernel's, so each element gets the same bits from the
 // same rs. Streams (non-temporal stores) when asked and the row starts on a 64-byte boundary.
-template <int Conv>
-inline void store_row(const c10::BFloat16* x, c10::BFloat16* y, const float* w, int64_t d, float rs,
+template <int Conv, int D>
+inline void store_row(const c10::BFloat16* x, c10::BFloat16* y, const float* w, int64_t dn, float rs,
                       bool stream) {
+  const int64_t d = D > 0 ? D : dn;
   const __m512 vr = _mm512_set1_ps(rs), one = _mm512_set1_ps(1.0f);
   auto value = [&](__m512i v, __m512 w0, __m512 w1) {
     __m512 a = _mm512_mul_ps(lo(v), vr), b = _mm512_mul_ps(hi(v), vr);
@@ -124,12 +179,14 @@ inline void store_row(const c10::BFloat16* x, c10::BFloat16* y, const float* w, 
   };
   int64_t j = 0;
   if (stream && (reinterpret_cast<uintptr_t>(y) & 63) == 0) {
+#pragma GCC unroll 8
     for (; j + 32 <= d; j += 32) {
       const __m512i v = _mm512_loadu_si512(x + j);
       const __m512 w0 = Conv < 2 ? _mm512_loadu_ps(w + j) : one, w1 = Conv < 2 ? _mm512_loadu_ps(w + j + 16) : one;
       _mm512_stream_si512(reinterpret_cast<__m512i*>(y + j), value(v, w0, w1));
     }
   } else {
+#pragma GCC unroll 8
     for (; j + 32 <= d; j += 32) {
       const __m512i v = _mm512_loadu_si512(x + j);
       const __m512 w0 = Conv < 2 ? _mm512_loadu_ps(w + j) : one, w1 = Conv < 2 ? _mm512_loadu_ps(w + j + 16) : one;

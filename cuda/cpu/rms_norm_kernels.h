@@ -217,7 +217,7 @@ constexpr bool bf16_fast_path() {
   return std::is_same_v<V, Vec512Bf16> && std::is_same_v<T, c10::BFloat16> && std::is_same_v<WT, float>;
 }
 
-template <class V, int R>
+template <class V, int R, int D>
 void rms_fwd_bf16(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
   using namespace bf16_fast;
   const int64_t d = a.d;
@@ -236,24 +236,24 @@ void rms_fwd_bf16(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
     const c10::BFloat16* x = static_cast<const c10::BFloat16*>(a.x) + i * d;
     c10::BFloat16* y = static_cast<c10::BFloat16*>(a.y) + i * d;
     if (!w)
-      store_row<2>(x, y, w, d, rs, a.stream);
+      store_row<2, D>(x, y, w, d, rs, a.stream);
     else if (a.convention == 0)
-      store_row<0>(x, y, w, d, rs, a.stream);
+      store_row<0, D>(x, y, w, d, rs, a.stream);
     else
-      store_row<1>(x, y, w, d, rs, a.stream);
+      store_row<1, D>(x, y, w, d, rs, a.stream);
   };
   const c10::BFloat16* x0 = static_cast<const c10::BFloat16*>(a.x);
   int64_t i = r0;
   for (; i + R <= r1; i += R) {
     float ss[R];
     uint32_t mag[R];
-    sumsq<R>(x0 + i * d, d, ss, mag);
+    sumsq<R, D>(x0 + i * d, d, ss, mag);
     for (int r = 0; r < R; ++r) finish(i + r, ss[r], mag[r]);
   }
   for (; i < r1; ++i) {
     float ss[1];
     uint32_t mag[1];
-    sumsq<1>(x0 + i * d, d, ss, mag);
+    sumsq<1, D>(x0 + i * d, d, ss, mag);
     finish(i, ss[0], mag[0]);
   }
   if (a.stream) V::fence();
@@ -266,10 +266,16 @@ template <class V, class T, class WT>
 void rms_fwd_any(const RmsFwdArgs& a, int64_t r0, int64_t r1, bool tiles) {
   if constexpr (bf16_fast_path<V, T, WT>()) {
     if (!a.residual) {
-      if (tiles)
-        rms_fwd_bf16<V, tile_rows<V>()>(a, r0, r1);
+      // the head sizes of QK-norm and short hidden sizes get loops unrolled for their length
+      constexpr int R = tile_rows<V>();
+      if (!tiles)
+        rms_fwd_bf16<V, 1, 0>(a, r0, r1);
+      else if (a.d == 64)
+        rms_fwd_bf16<V, R, 64>(a, r0, r1);
+      else if (a.d == 128)
+        rms_fwd_bf16<V, R, 128>(a, r0, r1);
       else
-        rms_fwd_bf16<V, 1>(a, r0, r1);
+        rms_fwd_bf16<V, R, 0>(a, r0, r1);
       return;
     }
   }
