@@ -274,6 +274,8 @@ void rms_fwd_any(const RmsFwdArgs& a, int64_t r0, int64_t r1, bool tiles) {
         rms_fwd_bf16<V, R, 64>(a, r0, r1);
       else if (a.d == 128)
         rms_fwd_bf16<V, R, 128>(a, r0, r1);
+      else if (a.d == 256)
+        rms_fwd_bf16<V, R, 256>(a, r0, r1);
       else
         rms_fwd_bf16<V, R, 0>(a, r0, r1);
       return;

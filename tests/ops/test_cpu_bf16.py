@@ -15,7 +15,7 @@ row-by-row, with and without streaming stores:
   other order inside a pair rounds differently show that the test can tell); and y is exactly the
   convention's formula evaluated by PyTorch from that rstd (round to nearest even, denormals kept);
 - both against the float64 oracle within the tolerance policy, including a row built so that flushing
-  its tiny squares would move rstd by about 10 %.
+  its tiny squares would move rstd by more than 10 %.
 """
 from __future__ import annotations
 
@@ -216,7 +216,7 @@ def test_bf16_path_sums_in_the_documented_order():
 @pytest.mark.guards("fused.bf16_fast_path")
 def test_bf16_path_rows_that_look_odd_are_right_against_the_oracle():
     """Exact zeros, small rows whose squares are all normal, and a row whose tiny squares a flushing sum
-    would drop (about 10 % of its rstd): every finite row is within the tolerance policy's bound."""
+    would drop (more than 10 % of its rstd): every finite row is within the tolerance policy's bound."""
     for d in (64, 128, 1024, 4100):
         x = _rows(d, seed=7 * d)
         w = _gains(d, seed=d)["ordinary"]
@@ -239,7 +239,7 @@ def test_the_flushed_row_really_needs_the_check():
     r[0] = 2.0 ** -60
     full = 1 / torch.sqrt((r * r).mean() + 1e-6 * 0)
     flushed = 1 / torch.sqrt((r[:1] * r[:1]).sum() / d)
-    assert abs(float(flushed / full) - 1) > 0.05
+    assert abs(float(flushed / full) - 1) > 0.1
     x = r.to(BF16)[None]
     rstd = OPS.rms_norm_fwd(x, None, None, 0.0, 0)[2]
     assert abs(float(rstd[0]) / float(full) - 1) < 1e-5
