@@ -310,17 +310,17 @@ void rms_bwd_rows(const RmsBwdArgs& a, int64_t r0, int64_t r1, float* part) {
       return Q::mul(g(q, j), Q::load(x + j));
     });
     const float m = gh * rs / static_cast<float>(d);  // mean(g * xhat)
+    // dx, and in the same sweep the row's dy * xhat added to the dweight partial: row_store asks for each
+    // element position exactly once (a vector or one element), so dy and x are loaded and widened once
     row_store<V>(dx, d, a.stream, [&](auto q, int64_t j) {
       using Q = decltype(q);
-      auto xhat = Q::mul(Q::load(x + j), Q::set1(rs));
-      return Q::mul(Q::set1(rs), Q::sub(g(q, j), Q::mul(xhat, Q::set1(m))));
+      const auto dyv = Q::load(dy + j);
+      const auto xhat = Q::mul(Q::load(x + j), Q::set1(rs));
+      if (part) Q::store(part + j, Q::add(Q::load(part + j), Q::mul(dyv, xhat)));
+      auto gv = dyv;
+      if (w) gv = Q::mul(dyv, gemma ? Q::add(Q::set1(1.0f), Q::load(w + j)) : Q::load(w + j));
+      return Q::mul(Q::set1(rs), Q::sub(gv, Q::mul(xhat, Q::set1(m))));
     });
-    if (part) {  // dweight partial: the row is still in L1/L2
-      row_store<V>(part, d, false, [&](auto q, int64_t j) {
-        using Q = decltype(q);
-        return Q::add(Q::load(part + j), Q::mul(Q::load(dy + j), Q::mul(Q::load(x + j), Q::set1(rs))));
-      });
-    }
   }
   if (a.stream) V::fence();
 }
