@@ -64,9 +64,13 @@ struct Vec512 {
   static inline float hsum(R a) { return _mm512_reduce_add_ps(a); }          // fixed lane order
 
   static inline R load(const float* p) { return _mm512_loadu_ps(p); }
-  static inline R load(const c10::BFloat16* p) {  // bf16 is the top half of a float32
-    __m512i u = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+  // bf16 is the top half of a float32: one masked word permutation puts element k in the top half of
+  // lane k and zeros the bottom half (a widening move and a shift would take two instructions)
+  static inline R load(const c10::BFloat16* p) {
+    const __m512i idx = _mm512_set_epi16(15, 0, 14, 0, 13, 0, 12, 0, 11, 0, 10, 0, 9, 0, 8, 0,
+                                         7, 0, 6, 0, 5, 0, 4, 0, 3, 0, 2, 0, 1, 0, 0, 0);
+    const __m512i raw = _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    return _mm512_castsi512_ps(_mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, idx, raw));
   }
   static inline R load(const c10::Half* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
