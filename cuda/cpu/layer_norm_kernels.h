@@ -239,17 +239,16 @@ void ln_bwd_rows(const LnBwdArgs& a, int64_t r0, int64_t r1, float* part) {
     };
     const float mg = sg / fd;
     const float mgx = row_sum<V>(d, [&](auto q, int64_t j) { return decltype(q)::mul(g(q, j), xhat(q, j)); }) / fd;
+    // dx, and in the same sweep the row's dy * xhat and dy added to the partials: row_store asks for each
+    // element position exactly once, so dy and x are loaded and widened once here instead of three times
     row_store<V>(dx, d, a.stream, [&](auto q, int64_t j) {
       using Q = decltype(q);
-      return Q::mul(Q::set1(rs), Q::sub(Q::sub(g(q, j), Q::set1(mg)), Q::mul(xhat(q, j), Q::set1(mgx))));
-    });
-    row_store<V>(pw, d, false, [&](auto q, int64_t j) {
-      using Q = decltype(q);
-      return Q::add(Q::load(pw + j), Q::mul(Q::load(dy + j), xhat(q, j)));
-    });
-    row_store<V>(pb, d, false, [&](auto q, int64_t j) {
-      using Q = decltype(q);
-      return Q::add(Q::load(pb + j), Q::load(dy + j));
+      const auto dyv = Q::load(dy + j);
+      const auto xh = xhat(q, j);
+      Q::store(pw + j, Q::add(Q::load(pw + j), Q::mul(dyv, xh)));
+      Q::store(pb + j, Q::add(Q::load(pb + j), dyv));
+      const auto gv = w ? Q::mul(dyv, Q::load(w + j)) : dyv;
+      return Q::mul(Q::set1(rs), Q::sub(Q::sub(gv, Q::set1(mg)), Q::mul(xh, Q::set1(mgx))));
     });
   }
   if (a.stream) V::fence();
