@@ -83,7 +83,16 @@ struct Vec512 {
     return _mm512_mask_blend_epi32(nan, r, _mm512_set1_epi32(0x7FC0));
   }
   static inline __m256i bf16_pack(R v) { return _mm512_cvtepi32_epi16(bf16_bits(v)); }
-  static inline R bf16_round(R v) { return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_bits(v), 16)); }
+  // round to nearest even to bf16, kept as a float32: bf16_bits without its final shift, the low half
+  // cleared by a mask instead of a shift down and back up (NaN -> 0x7FC00000, c10's NaN widened)
+  static inline R bf16_round(R v) {
+    const __m512i u = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_and_si512(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))),
+                                       _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+    const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(nan, r, _mm512_set1_epi32(0x7FC00000)));
+  }
   static inline void store(float* p, R v) { _mm512_storeu_ps(p, v); }
   static inline void store(c10::BFloat16* p, R v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), bf16_pack(v));
@@ -107,21 +116,23 @@ struct Vec512 {
     return _mm512_cvtph_ps(_mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
   // Two vectors -> 32 bf16 (a in the low half): the integer rounding of both, one NaN check for the pair
-  // (the blend only when a lane is NaN), then one pack and one permutation for all 64 bytes instead of
+  // (the blend only when a lane is NaN), then one permutation for all 64 bytes instead of two shifts and
   // two narrowing moves. The same bits as bf16_pack of each.
   static inline __m512i bf16_pack2(R a, R b) {
     const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7FFF);
     const __m512i ua = _mm512_castps_si512(a), ub = _mm512_castps_si512(b);
-    __m512i ra = _mm512_srli_epi32(_mm512_add_epi32(ua, _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(ua, 16), one), half)), 16);
-    __m512i rb = _mm512_srli_epi32(_mm512_add_epi32(ub, _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(ub, 16), one), half)), 16);
+    // the rounded bf16 is the upper half of each 32-bit lane (bf16_bits before its shift)
+    __m512i ra = _mm512_add_epi32(ua, _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(ua, 16), one), half));
+    __m512i rb = _mm512_add_epi32(ub, _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(ub, 16), one), half));
     const __mmask16 na = _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q), nb = _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q);
     if (__builtin_expect(!_kortestz_mask16_u8(na, nb), 0)) {
-      ra = _mm512_mask_blend_epi32(na, ra, _mm512_set1_epi32(0x7FC0));
-      rb = _mm512_mask_blend_epi32(nb, rb, _mm512_set1_epi32(0x7FC0));
+      ra = _mm512_mask_blend_epi32(na, ra, _mm512_set1_epi32(0x7FC00000));
+      rb = _mm512_mask_blend_epi32(nb, rb, _mm512_set1_epi32(0x7FC00000));
     }
-    // every lane is below 2^16, so the unsigned saturation never acts; the pack interleaves 128-bit lanes
-    const __m512i packed = _mm512_packus_epi32(ra, rb);
-    return _mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 1, 3, 5, 7), packed);
+    // one two-source word permutation takes the upper halves, a's 16 then b's: words 2k+1 of a, then of b
+    const __m512i odd = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35, 33,
+                                         31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    return _mm512_permutex2var_epi16(ra, odd, rb);
   }
   static inline void store2(c10::BFloat16* p, R a, R b) {
     _mm512_storeu_si512(reinterpret_cast<__m512i*>(p), bf16_pack2(a, b));
