@@ -82,6 +82,23 @@ inline uint32_t min1(__m512i m) {
 // The bits of the smallest nonzero |x| as a float32 (0 when every x is zero), from the minimum of 2x - 1.
 inline uint32_t magnitude(uint32_t least) { return least == 0xFFFFu ? 0u : ((least + 1u) >> 1) << 16; }
 
+// min1 of four vectors at once, turned into magnitudes.
+inline void min4(__m512i m0, __m512i m1, __m512i m2, __m512i m3, uint32_t* mag) {
+  const __m512i m01 = _mm512_min_epu16(_mm512_shuffle_i64x2(m0, m1, _MM_SHUFFLE(1, 0, 1, 0)),
+                                       _mm512_shuffle_i64x2(m0, m1, _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512i m23 = _mm512_min_epu16(_mm512_shuffle_i64x2(m2, m3, _MM_SHUFFLE(1, 0, 1, 0)),
+                                       _mm512_shuffle_i64x2(m2, m3, _MM_SHUFFLE(3, 2, 3, 2)));
+  __m512i q = _mm512_min_epu16(_mm512_shuffle_i64x2(m01, m23, _MM_SHUFFLE(2, 0, 2, 0)),
+                               _mm512_shuffle_i64x2(m01, m23, _MM_SHUFFLE(3, 1, 3, 1)));
+  q = _mm512_min_epu16(q, _mm512_shuffle_epi32(q, _MM_PERM_BADC));  // one 128-bit lane per row
+  q = _mm512_min_epu16(q, _mm512_shuffle_epi32(q, _MM_PERM_CDAB));
+  q = _mm512_min_epu16(q, _mm512_srli_epi32(q, 16));
+  alignas(64) uint32_t lanes[16];
+  _mm512_store_si512(lanes, q);
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) mag[r] = magnitude(lanes[4 * r] & 0xFFFFu);
+}
+
 // Sum of squares of R rows of d bfloat16 (row r at x + r * d; d is the compile-time D when D > 0, for
 // the short head sizes), each row in the same order whatever R and D are: four float32 accumulators over
 // steps of 128 elements, then the first alone over steps of 32, then the masked tail, then
@@ -132,21 +149,12 @@ inline void sumsq(const c10::BFloat16* x, int64_t dn, float* ss, uint32_t* mag) 
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r)
     t[r] = d < 128 ? a[r][0] : _mm512_add_ps(_mm512_add_ps(a[r][0], a[r][1]), _mm512_add_ps(a[r][2], a[r][3]));
-  if constexpr (R == 4) {
-    sum4(t[0], t[1], t[2], t[3], ss);
-    const __m512i m01 = _mm512_min_epu16(_mm512_shuffle_i64x2(m[0], m[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                                         _mm512_shuffle_i64x2(m[0], m[1], _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m512i m23 = _mm512_min_epu16(_mm512_shuffle_i64x2(m[2], m[3], _MM_SHUFFLE(1, 0, 1, 0)),
-                                         _mm512_shuffle_i64x2(m[2], m[3], _MM_SHUFFLE(3, 2, 3, 2)));
-    __m512i q = _mm512_min_epu16(_mm512_shuffle_i64x2(m01, m23, _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_i64x2(m01, m23, _MM_SHUFFLE(3, 1, 3, 1)));
-    q = _mm512_min_epu16(q, _mm512_shuffle_epi32(q, _MM_PERM_BADC));  // one 128-bit lane per row
-    q = _mm512_min_epu16(q, _mm512_shuffle_epi32(q, _MM_PERM_CDAB));
-    q = _mm512_min_epu16(q, _mm512_srli_epi32(q, 16));
-    alignas(64) uint32_t lanes[16];
-    _mm512_store_si512(lanes, q);
+  if constexpr (R % 4 == 0) {
 #pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) mag[r] = magnitude(lanes[4 * r] & 0xFFFFu);
+    for (int r = 0; r < R; r += 4) {
+      sum4(t[r], t[r + 1], t[r + 2], t[r + 3], ss + r);
+      min4(m[r], m[r + 1], m[r + 2], m[r + 3], mag + r);
+    }
   } else {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
