@@ -19,9 +19,6 @@ row-by-row, with and without streaming stores:
 """
 from __future__ import annotations
 
-import contextlib
-import os
-
 import numpy as np
 import pytest
 import torch
@@ -32,30 +29,14 @@ from reference_impl.conventions import effective_gain
 from reference_impl.studies.bench.cases import has_avx512_bf16
 from reference_impl.tolerances import convention_forward_bound
 
+from .env_vars import set_env as _env
+
 OPS = torch.ops.normlab
 BF16 = torch.bfloat16
 pytestmark = pytest.mark.skipif(not has_avx512_bf16(), reason="the path runs only on a CPU with AVX512-BF16")
 
 DS = [1, 7, 31, 32, 33, 63, 64, 65, 96, 127, 128, 129, 160, 255, 256, 257, 1000, 1024, 4100]
 CONVS = [("llama", 0), ("gemma", 1), ("none", 0)]
-
-
-@contextlib.contextmanager
-def _env(**values):
-    old = {k: os.environ.get(k) for k in values}
-    for k, v in values.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _bits(t):

@@ -15,13 +15,12 @@
 """
 from __future__ import annotations
 
-import contextlib
-import os
-
 import pytest
 import torch
 
 import reference_impl.ops  # noqa: F401  (loads the library)
+
+from .env_vars import set_env as _env
 
 OPS = torch.ops.normlab
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -30,24 +29,6 @@ ISAS = ["scalar", "avx2", "avx512", "avx512bf16"]  # a request above what the CP
 DS = [1, 3, 7, 8, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65, 96, 127, 128, 129, 192, 255, 256, 257, 384, 511,
       512, 513]
 ROWS = [1, 3, 4, 5, 7, 9, 13]
-
-
-@contextlib.contextmanager
-def _env(**values):
-    old = {k: os.environ.get(k) for k in values}
-    for k, v in values.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _rows(rows, d, dtype, seed):

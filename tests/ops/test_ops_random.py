@@ -15,7 +15,6 @@ Bounded: a few dozen examples and one child process, seconds in all.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import subprocess
 import sys
@@ -32,28 +31,13 @@ from reference_impl import tolerances as tol
 from reference_impl.conventions import effective_gain
 from reference_impl.ops import fused_layer_norm, fused_rms_norm
 
+from .env_vars import set_env as _env
+
 REPO = Path(__file__).resolve().parents[2]
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 ISAS = ["scalar", "avx2", "avx512", "avx512bf16"]  # a request above what the CPU has falls back
 # row lengths around the vector widths (8 and 16 float lanes, 2 vectors per store step, 4 accumulators)
 EDGE_D = [1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 63, 64, 65, 127, 128, 129, 255, 257, 1023, 1025]
-
-
-@contextlib.contextmanager
-def _env(**values):
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update({k: v for k, v in values.items() if v is not None})
-    for k, v in values.items():
-        if v is None:
-            os.environ.pop(k, None)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @st.composite
