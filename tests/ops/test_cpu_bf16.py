@@ -218,7 +218,7 @@ def test_the_flushed_row_really_needs_the_check():
     d = 1024
     r = torch.full((d,), 2.0 ** -66, dtype=torch.float64)
     r[0] = 2.0 ** -60
-    full = 1 / torch.sqrt((r * r).mean() + 1e-6 * 0)
+    full = 1 / torch.sqrt((r * r).mean())
     flushed = 1 / torch.sqrt((r[:1] * r[:1]).sum() / d)
     assert abs(float(flushed / full) - 1) > 0.1
     x = r.to(BF16)[None]
