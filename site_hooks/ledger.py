@@ -47,6 +47,16 @@ EVIDENCE_KINDS = ("test", "data", "cite")
 ID_RE = re.compile(r"^C\d\d$")
 ARXIV_RE = re.compile(r"arXiv:\s*(\S+)", re.I)
 ARXIV_ID_RE = re.compile(r"^\d{4}\.\d{4,5}(v\d+)?[,;.)]?$")
+# A bare "arXiv:2102.11972" in a finding or citation, not already inside a link or a code span.
+ARXIV_LINK_RE = re.compile(r"(?<![\[/`\w])arXiv:(\d{4}\.\d{4,5})(v\d+)?")
+
+
+def link_arxiv(text: str) -> str:
+    """Turns every bare arXiv id of markdown ``text`` into a link to its abstract page (code spans kept)."""
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(p if p.startswith("`") else
+                   ARXIV_LINK_RE.sub(lambda m: f"[arXiv:{m[1]}{m[2] or ''}](https://arxiv.org/abs/{m[1]}{m[2] or ''})", p)
+                   for p in parts)
 NOT_MEASURED = "not yet measured on a GPU"
 
 
@@ -234,14 +244,17 @@ def _gpu_note(ctx, claim: dict, entry: dict | None) -> str:
     return f"**{NOT_MEASURED}**"
 
 
-def source_labels(source: str) -> str:
-    """'000,002' -> 'A, B' linked to the list of source articles on the claims page."""
+def source_labels(source: str, named: bool = False) -> str:
+    """'000,002' -> 'A, B' linked to the list of source articles on the claims page; with ``named``,
+    'article A, *its English title*; ...' so that a reader of one claim sees which article said it."""
     src = sources()
     out = []
     for sid in str(source).split(","):
-        label = src.get(sid.strip(), {}).get("label", sid.strip())
-        out.append(f"[{label}](#source-{label.lower()})")
-    return ", ".join(out)
+        art = src.get(sid.strip(), {})
+        label = art.get("label", sid.strip())
+        link = f"[{label}](#source-{label.lower()})"
+        out.append(f"article {link}, *{_literal(art['title_en'])}*" if named and art.get("title_en") else link)
+    return ("; " if named else ", ").join(out)
 
 
 def sources_table() -> str:
@@ -266,7 +279,7 @@ def _evidence_lines(ctx, e: dict) -> list[str]:
             meta = _data_meta(value)
             lines.append(f"- data {_link(ctx, value)}" + (f" ({meta})" if meta else ""))
         else:
-            lines.append(f"- source: {_literal(value.strip())}")
+            lines.append(f"- source: {link_arxiv(_literal(value.strip()))}")
     cid = e["id"]
     others = [t for t in guards.scan_tests()[0].get(cid, []) if t not in evidence_tests(e)]
     if others:
@@ -327,8 +340,8 @@ def _claim_section(ctx, c: dict, e: dict | None) -> list[str]:
         return out
     if cid in guards.scan_tests()[0]:
         ctx.guard_ids.append(cid)
-    out.append(f"*{_literal(e['claim'])}* ({source_labels(c['source'])})\n")
-    out.append(f"{expand(e['finding'].strip(), ctx)}\n")
+    out.append(f"*{_literal(e['claim'])}* ({source_labels(c['source'], named=True)})\n")
+    out.append(f"{link_arxiv(expand(e['finding'].strip(), ctx))}\n")
     note = _gpu_note(ctx, c, e)
     if note:
         out.append(f"{note}.\n")

@@ -56,8 +56,14 @@ PLACEMENTS = (
 )
 MIXLN_DESC = ("Mix-LN: the first quarter of the blocks are Post-LN blocks, normalizing the sum x + F(x); "
               "the remaining blocks are Pre-LN blocks, normalizing only the sub-layer's input.")
-QK_DESC = ("QK-norm: inside attention the queries and keys of each head are normalized over the head "
-           "dimension before their dot product, so the attention logits cannot grow with the size of q and k.")
+# Where each family's QK-norm acts, as the installed transformers builds it (q_norm's width: head_dim or all
+# heads); tests/studies/test_placement_diagrams.py checks each name against the module's size.
+QK_GROUPS = (("per head", ("Qwen3", "Gemma 3")),
+             ("whole projection", ("OLMo 2",)))
+QK_DESC = ("QK-norm: inside attention the queries and keys are normalized before their dot product, either each "
+           "head over its own features (Qwen3, Gemma 3) or the whole projection of all heads at once (OLMo 2), "
+           "so the size of q and k no longer sets the size of the logits; with a learned gain the logits are "
+           "bounded only as far as the gain is.")
 
 
 def _column(s: Svg, t: Theme, cx: float, top: float, steps, box_w=150, box_h=42, gap=20) -> float:
@@ -115,7 +121,7 @@ def mixln(t: Theme) -> Svg:
 
 
 def qk_norm(t: Theme) -> Svg:
-    s = Svg(320, 330, "QK-norm: the queries and keys of each head are normalized before their dot product", QK_DESC, t)
+    s = Svg(320, 330, "QK-norm: the queries and keys are normalized before their dot product", QK_DESC, t)
     s.text(160, 28, "QK-norm (inside attention)", t.fg, size=18, anchor="middle", weight="bold")
     xs = (70, 160, 250)
     s.text(160, 62, "x (the block's input)", t.fg, anchor="middle", size=15)
@@ -132,8 +138,10 @@ def qk_norm(t: Theme) -> Svg:
             s.arrow(x, 132, x, 212, t.fg, 2)
     s.rect(30, 212, 260, 40, t.fg, 2.0, fill=t.tint, fill_opacity=0.14)
     s.text(160, 238, "softmax(q\u00b7k / \u221ad) v", t.fg, anchor="middle", size=17)
-    s.text(160, 284, "per head, over its d features", t.muted, anchor="middle", size=15)
-    s.text(160, 310, "Qwen3, OLMo 2, Gemma 3", t.muted, anchor="middle", size=15)
+    y = 284
+    for where, families in QK_GROUPS:
+        s.text(160, y, f"{where}: {', '.join(families)}", t.muted, anchor="middle", size=15)
+        y += 26
     return s
 
 

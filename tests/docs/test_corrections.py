@@ -1,0 +1,226 @@
+"""Statements the pages once got wrong stay corrected: each test checks that the wrong sentence is gone and
+that the right one is there with its primary source, or checks the corrected fact itself against the
+installed ``transformers`` (Llama 4's eps, OLMo 2's QK-norm extent, OLMo 1's q/k/v clipping) or the
+package's own code (the casting order of the reference snippet, the diagram data)."""
+from __future__ import annotations
+
+import inspect
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+FAMILIES = {f["family"]: f for f in
+            yaml.safe_load((REPO / "reference_impl" / "checkpoints.yaml").read_text())["placement_families"]}
+
+
+def _page(name: str) -> str:
+    """The page's text with line breaks folded, so a sentence can be found across wrapped lines."""
+    return " ".join((DOCS / name).read_text(encoding="utf-8").split())
+
+
+def _section(text: str, heading: str) -> str:
+    start = text.index(heading)
+    end = text.find(" ## ", start + len(heading))
+    return text[start:end if end > 0 else None]
+
+
+# --- Start here: why LLMs use RMSNorm -------------------------------------------------------------------
+
+def test_start_does_not_claim_a_cost_nobody_could_measure():
+    why = _section(_page("start.md"), "## So why do LLMs use RMSNorm?")
+    assert "costs nothing that anyone has been able to measure" not in why
+    # the evidence is given per placement, Post-LN included, and Narang et al. (RMSNorm better) is cited
+    assert "pre-rms_vs_pre-ln" in why and "post-rms_vs_post-ln" in why
+    assert "arXiv:2102.11972" in why
+
+
+def test_start_separates_adoption_from_later_justification():
+    why = _section(_page("start.md"), "## So why do LLMs use RMSNorm?")
+    adopted, since = why.index("Why it was adopted"), why.index("What has been shown since")
+    assert adopted < since
+    for arxiv in ("1910.10683", "2112.11446", "2302.13971"):       # T5 2019, Gopher 2021, LLaMA 2023
+        assert adopted < why.index(arxiv) < since, f"arXiv:{arxiv} belongs to the adoption"
+    for arxiv in ("2305.14858", "2401.15024", "2404.00456"):       # Jiang 2023, SliceGPT and QuaRot 2024
+        assert why.index(arxiv) > since, f"arXiv:{arxiv} came after the adoption"
+
+
+def test_slicegpt_is_pruning_and_quarot_starts_from_rmsnorm_models():
+    start, training = _page("start.md"), _page("training.md")
+    assert "quantisation methods such as QuaRot (arXiv:2404.00456) and SliceGPT" not in start
+    assert re.search(r"SliceGPT \(arXiv:2401\.15024\), a structured pruning method", start)
+    assert "why QuaRot and SliceGPT first turn LayerNorm into RMSNorm" not in training
+    assert "Both first convert LayerNorm models to RMSNorm" not in training
+    assert re.search(r"QuaRot \(arXiv:2404\.00456\).{0,200}models that already use RMSNorm", training)
+    assert re.search(r"SliceGPT \(arXiv:2401\.15024.{0,200}converts LayerNorm models to RMSNorm", training)
+
+
+def test_start_does_not_claim_a_pass_fewer():
+    start = _page("start.md")
+    assert "one pass over the row fewer" not in start
+    assert "Welford" in start and "not fewer passes over the row" in start
+
+
+def test_start_says_which_casting_order_its_snippet_uses():
+    what = _section(_page("start.md"), "## What to copy")
+    assert "not Llama's order" in what and "torch.nn.RMSNorm" in what and "Olmo2RMSNorm" in what
+
+
+def test_the_snippet_order_is_olmo2_and_torch_not_llama():
+    from reference_impl import conventions
+    from reference_impl.reference import rms_forward
+
+    g = torch.Generator().manual_seed(5)
+    x = (torch.randn(64, 96, generator=g) * 3).to(torch.bfloat16)
+    w = (1 + 0.3 * torch.randn(96, generator=g)).to(torch.bfloat16)
+    y, _ = rms_forward(x, w, 1e-6)
+    assert torch.equal(y, conventions.rms_norm(x, w, 1e-6, convention="olmo2"))
+    assert torch.equal(y, torch.nn.functional.rms_norm(x, (96,), w, 1e-6))
+    assert not torch.equal(y, conventions.rms_norm(x, w, 1e-6, convention="llama"))
+
+
+def test_start_shows_where_the_norm_goes():
+    start = (DOCS / "start.md").read_text(encoding="utf-8")
+    assert "assets/diagrams/norm-placement.svg" in start and "](placements.md)" in start
+
+
+# --- History -----------------------------------------------------------------------------------------
+
+def test_history_latent_attention_keys_exist_in_training():
+    history = _page("history.md")
+    assert "no per-head key is ever formed" not in history
+    assert "Per-head keys are still formed in training and prefill" in history
+
+
+def test_history_does_not_say_pre_norm_removed_warmup():
+    history = _page("history.md")
+    assert "trainable without warm-up" not in history
+    assert re.search(r"Pre-LN LLMs still warm up.{0,200}arXiv:2309\.14322", history)
+
+
+def test_history_makes_no_priority_claim_for_the_placement_names():
+    history = _page("history.md")
+    assert "named the two placements" not in history
+    assert "under the names pre-norm and post-norm" in history
+
+
+def test_history_gives_ngpt_in_steps_and_the_curse_of_depth_remedy():
+    history = _page("history.md")
+    assert re.search(r"4 to 20 times fewer training steps.{0,150}not of wall-clock time", history)
+    curse = history[history.index("**Curse of Depth**"):history.index("**Mix-LN**")]
+    assert "2502.05795" in curse and "LayerNorm Scaling" in curse and r"1/\sqrt{l}" in curse
+
+
+# --- QK-norm and DyT ---------------------------------------------------------------------------------
+
+def test_qk_norm_bound_depends_on_the_gain():
+    norms, placements = _page("norms.md"), _page("placements.md")
+    assert "which bounds the attention logits" not in norms
+    assert "cannot grow with their size" not in placements
+    for text in (norms, placements):
+        assert "gain-free QK-norm" in text
+
+
+def test_dyt_alpha_cited_from_dyt_itself():
+    norms = _page("norms.md")
+    assert "The DyT module in the Derf authors'" not in norms
+    dyt = norms[norms.index("DyT (Zhu"):norms.index('{{ norm("dyt") }}')]
+    assert "github.com/jiachenzhu/DyT" in dyt and "arXiv:2503.10622" in dyt
+    assert "other_tasks/LLaMA/README.md" in dyt and "attention" in dyt
+
+
+def test_the_unit_rms_cut_checks_the_gain_free_bound():
+    # |q.k| / sqrt(d) <= sqrt(d) for unit-RMS q and k, the fixed bound the pages give
+    from reference_impl.norms.l2_norm import LLAMA4_DEFAULT_EPS, llama4_l2_norm
+
+    d = 64
+    q = llama4_l2_norm(torch.randn(500, d, dtype=torch.float64) * 50, LLAMA4_DEFAULT_EPS)
+    # the norm computes in float32 and casts back, so the unit RMS holds to float32 rounding
+    assert ((q * q).mean(-1) - 1).abs().max() < 1e-6
+    assert (q @ q.T).abs().max() / d ** 0.5 <= d ** 0.5 * (1 + 1e-6)
+
+
+# --- Llama 4's L2 norm: eps and docstring ------------------------------------------------------------
+
+def test_llama4_l2_norm_takes_the_configs_eps():
+    llama4 = pytest.importorskip("transformers.models.llama4.modeling_llama4")
+    from transformers import Llama4TextConfig
+
+    from reference_impl.norms import CATALOG
+    from reference_impl.norms.l2_norm import LLAMA4_DEFAULT_EPS, llama4_l2_norm
+
+    # the model passes config.rms_norm_eps, not the class's default (1e-6)
+    cfg = Llama4TextConfig(hidden_size=64, intermediate_size=128, intermediate_size_mlp=128, num_hidden_layers=1,
+                           num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=64,
+                           num_local_experts=2, rms_norm_eps=3e-5, use_qk_norm=True, no_rope_layers=[1])
+    attn = llama4.Llama4TextAttention(cfg, layer_idx=0)
+    assert attn.qk_norm.eps == cfg.rms_norm_eps == 3e-5
+    assert inspect.signature(llama4_l2_norm).parameters["eps"].default is inspect.Parameter.empty
+    assert LLAMA4_DEFAULT_EPS == Llama4TextConfig().rms_norm_eps
+    assert CATALOG["llama4_l2_norm"].params["eps"] == LLAMA4_DEFAULT_EPS
+    with pytest.raises(TypeError):
+        llama4_l2_norm(torch.ones(2, 4))
+
+
+def test_l2_norm_docstrings_say_unit_rms_for_llama4():
+    from reference_impl.norms import l2_norm
+
+    assert "unit sphere" not in l2_norm.__doc__.splitlines()[0]
+    assert "unit RMS" in l2_norm.llama4_l2_norm.__doc__
+    assert "unit length" in l2_norm.l2_norm.__doc__
+
+
+# --- Diagram and placement table ---------------------------------------------------------------------
+
+def test_qk_diagram_groups_follow_the_installed_modules():
+    from reference_impl.studies import placement_diagrams as PD
+
+    extent = {"head": "per head", "all_heads": "whole projection"}
+    seen = set()
+    for where, families in PD.QK_GROUPS:
+        for fam in families:
+            q_norm = [m for m in FAMILIES[fam]["modules"] if m["path"] == "self_attn.q_norm"]
+            assert q_norm, f"{fam}: no q_norm listed in checkpoints.yaml"
+            assert extent[q_norm[0]["size"]] == where, f"{fam} is drawn under {where!r}"
+            seen.add(fam)
+    assert {"Qwen3", "Gemma 3", "OLMo 2"} <= seen
+    svg = ET.fromstring(PD.render_all()["qk-norm.svg"])
+    lines = [t.text for t in svg.iter("{http://www.w3.org/2000/svg}text")]
+    assert "whole projection: OLMo 2" in lines
+    assert not any("per head" in s and "OLMo 2" in s for s in lines)
+
+
+def test_olmo1_row_names_the_qkv_clipping():
+    olmo = pytest.importorskip("transformers.models.olmo.modeling_olmo")
+    src = inspect.getsource(olmo.OlmoAttention.forward)
+    for name in ("query_states", "key_states", "value_states"):
+        assert f"{name}.clamp_(min=-self.config.clip_qkv, max=self.config.clip_qkv)" in src
+    row = FAMILIES["OLMo 1"]["qk"]
+    assert "clip_qkv" in row and "0424" in row and "OLMo-1.7-7B.yaml" in row
+    assert "clip_qkv" in _page("placements.md")
+
+
+def test_llama4_row_says_rms_not_l2():
+    assert "L2-normalization" not in FAMILIES["Llama 4"]["qk"]
+    assert "RMS normalization" in FAMILIES["Llama 4"]["qk"]
+
+
+# --- Claims ledger: sources linked and named ---------------------------------------------------------
+
+def test_ledger_links_arxiv_ids_and_names_articles():
+    from site_hooks import ledger
+
+    assert ledger.link_arxiv("Narang et al., arXiv:2102.11972, Table 1") == \
+        "Narang et al., [arXiv:2102.11972](https://arxiv.org/abs/2102.11972), Table 1"
+    linked = "[arXiv:1910.07467](https://arxiv.org/abs/1910.07467) and `arXiv:1910.07467`"
+    assert ledger.link_arxiv(linked) == linked               # links and code spans are left alone
+    ledger.clear_caches()
+    first = next(iter(ledger.sources().values()))
+    named = ledger.source_labels(next(iter(ledger.sources())), named=True)
+    assert f"[{first['label']}](#source-{first['label'].lower()})" in named and "article" in named
+    assert "*" in named and first["title_en"].split(":")[0] in named
