@@ -1,8 +1,10 @@
 """Numbers on pages come from data files under docs/data/, never typed by hand.
 
-Each file is parsed and validated against its schema (``reference_impl/studies/schemas/``) when the build
-first reads data: a corrupt, truncated or ill-typed file, or one without a schema, fails the build with
-the file's path named.
+Each file is parsed and validated against its schema (``reference_impl/studies/schemas/``) and its
+physical and consistency checks (``schemas/invariants.py``: a provenance that matches the sources, figures
+that agree with each other and with physical limits) when the build first reads data: a corrupt,
+truncated, ill-typed or implausible file, or one without a schema, fails the build with the file's path and
+the field named.
 """
 from __future__ import annotations
 

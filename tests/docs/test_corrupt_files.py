@@ -8,6 +8,7 @@ exist fails the strict build (``validation: anchors: warn`` in mkdocs.yml).
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -53,6 +54,103 @@ def test_nan_deep_inside_names_its_path(tmp_path):
     text = json.dumps(data).replace('"__NAN__"', "NaN")
     with pytest.raises(schemas.DataFileError, match=r"at casting\.bfloat16\.fraction_different: NaN"):
         schemas.check_file(_write(tmp_path, "numerics.json", text))
+
+
+# --- files that parse and type well but cannot be true -------------------------------------------------
+# Each case corrupts a copy of one committed file the way a hand edit or a broken run would; the build's
+# check (site_hooks/data.py -> schemas.check_file -> schemas/invariants.py) must refuse it, naming the
+# file and the field.
+
+def _first(results, **key):
+    return next(i for i, r in enumerate(results) if all(r.get(k) == v for k, v in key.items()) and "gbps" in r)
+
+
+def _faster(data, factor):  # a record timed `factor` times faster, consistently (gbps = bytes / time)
+    i = _first(data["results"], impl="fused_rms_norm", mode="forward_out")
+    r = data["results"][i]
+    for k in ("median_s", "min_s", "max_s", "q1_s", "q3_s"):
+        r[k] /= factor
+    r["round_median_s"] = [t / factor for t in r["round_median_s"]]
+    for k in ("gbps", "gbps_min", "gbps_max"):
+        r[k] *= factor
+    return i
+
+
+def _set(dotted, value):
+    def apply(data):
+        node = data
+        *head, last = dotted.split(".")
+        for k in head:
+            node = node[int(k)] if isinstance(node, list) else node[k]
+        key = int(last) if isinstance(node, list) else last
+        node[key] = value(node[key]) if callable(value) else value
+    return apply
+
+
+def _bench_field(key, value):
+    def apply(data):
+        i = _first(data["results"], impl="fused_rms_norm", mode="forward_out")
+        r = data["results"][i]
+        r[key] = value(r) if callable(value) else value
+        return i
+    return apply
+
+
+IMPLAUSIBLE = [  # (case, file, edit of the parsed data or of the text, expected message after the file name)
+    ("date_2099", "worked_example.json", _set("provenance.date", "2099-01-01T00:00:00+00:00"),
+     r"at provenance\.date: 2099-01-01T00:00:00\+00:00 lies in the future"),
+    ("bandwidth_17000x_copy", "bench_cpu.json", lambda d: _faster(d, 17000.0),
+     r"at results\.\d+\.gbps: .* times the copy of the same bytes"),
+    ("gbps_not_bytes_over_time", "bench_cpu.json", _bench_field("gbps", lambda r: r["gbps"] * 1.25),
+     r"at results\.\d+\.gbps: .* but bytes / median_s is"),
+    ("min_above_max", "bench_cpu.json", _bench_field("min_s", lambda r: 2 * r["max_s"]),
+     r"at results\.\d+\.min_s: min, quartiles and max are out of order"),
+    ("1e400", "worked_example.json", ("text", '"eps": 1e-06', '"eps": 1e400'),
+     r"at eps\.eps: 1e400 is beyond the float range"),
+    ("rms_6", "worked_example.json", _set("rms.rms", {"exact": "6", "value": 6.0}),
+     r"at rms\.rms\.exact: 6 but x = \[-1, 5, 5, 7\] gives 5"),
+    ("rms_value_6", "worked_example.json", _set("rms.rms.value", 6.0),
+     r"at rms\.rms\.value: 6\.0 but x = \[-1, 5, 5, 7\] gives 5\.0"),
+    ("command_of_another_study", "worked_example.json", _set("provenance.command", "python -m reference_impl.studies.numerics"),
+     r"at provenance\.command: .*reference_impl\.studies\.numerics' names a study that does not write worked_example\.json"),
+    ("missing_source", "worked_example.json", _set("provenance.sources.0", "reference_impl/studies/no_such_study.py"),
+     r"at provenance\.sources\.0: 'reference_impl/studies/no_such_study\.py' does not exist"),
+    ("stale_hash", "worked_example.json", _set("provenance.source_hash", "0123456789abcdef"),
+     r"at provenance\.source_hash: recorded 0123456789abcdef but the sources now hash to [0-9a-f]{16}"),
+    ("rsqrt_exact_above_inputs", "rsqrt_cpu.json", _set("methods.libm_div_sqrt.normal.exact", lambda v: 2122317824 + 1),
+     r"at methods\.libm_div_sqrt\.normal\.exact: 2122317825 exact results out of 2122317824 inputs"),
+    ("1e12_bytes_per_token", "distributed.json", _set("per_token_bf16_d4096.p8.rms_sharded_bytes", 1e12),
+     r"at per_token_bf16_d4096\.p8\.rms_sharded_bytes: 1000000000000\.0 bytes but the formula"),
+    ("negative_validation_loss", "training.json", _set("main.pre-rms.runs.0.final_val_loss", -0.25),
+     r"at main\.pre-rms\.runs\.0\.final_val_loss: a loss of -0\.25"),
+]
+
+
+@pytest.mark.guards("data:schemas")
+@pytest.mark.parametrize("case,name,edit,message", IMPLAUSIBLE, ids=[c[0] for c in IMPLAUSIBLE])
+def test_the_build_refuses_an_implausible_data_file_naming_file_and_field(tmp_path, monkeypatch, case, name, edit,
+                                                                          message):
+    """The site build's own path: site_hooks.data.validated() over a data folder holding the corrupted copy."""
+    from site_hooks import data as site_data
+
+    text = (DATA / name).read_text()
+    if isinstance(edit, tuple):
+        assert edit[1] in text, f"the fixture expects {name} to hold {edit[1]}"
+        text = text.replace(edit[1], edit[2], 1)
+    else:
+        data = json.loads(text)
+        edit(data)
+        text = json.dumps(data, indent=1)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    _write(folder, name, text)
+    monkeypatch.setattr(site_data, "DATA", folder)
+    site_data.clear_caches()
+    try:
+        with pytest.raises(MacroError, match=re.escape(name) + r"(?s:.*)(\n  |: )" + message):
+            site_data.validated()
+    finally:
+        site_data.clear_caches()
 
 
 CLAIMS = (REPO / "ledger" / "claims.yaml").read_text()

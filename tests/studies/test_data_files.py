@@ -1,13 +1,15 @@
 """The data files under docs/data/ are what the project's commands wrote, and the pages say only what they hold.
 
-- Every file has a schema and matches it; a corrupt, truncated or ill-typed file fails, with its path named,
-  both here and in the site build (``site_hooks/data.py``).
-- Every file's provenance hash matches its sources as they are now (:mod:`reference_impl.provenance`).
+- Every file has a schema and matches it, and passes the physical and consistency checks of
+  ``reference_impl/studies/schemas/invariants.py`` (its provenance hash matches its sources as they are now,
+  the CPU benchmark's records agree with themselves and stay under the copy ceiling, ...); a corrupt,
+  truncated, ill-typed or implausible file fails, with its path and field named, both here and in the site
+  build (``site_hooks/data.py``; tests/docs/test_corrupt_files.py corrupts a copy of each kind).
 - Studies that run in about a minute or less are re-run and compared with the committed file: exactly for
   integers, strings and booleans, within a tolerance derived from float32 rounding for floats (the order of
   float32 reductions depends on the CPU's vector width).
-- The CPU benchmark's file is physically plausible, its comparisons and targets follow from its own raw
-  timings, and the Performance page says "faster" only through labels the data backs.
+- The CPU benchmark's comparisons and targets follow from its own raw timings, and the Performance page
+  says "faster" only through labels the data backs.
 """
 from __future__ import annotations
 
@@ -119,13 +121,6 @@ def test_the_site_build_names_a_broken_data_file(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------------------------------ provenance
 
-@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
-def test_data_file_comes_from_the_current_sources(path):
-    data = json.loads(path.read_text())
-    ok, why = pv.is_current(data)
-    assert ok, f"docs/data/{path.name}: {why}"
-
-
 STUDY_SOURCES = {  # data file -> the module whose SOURCES the file must list
     "numerics.json": "numerics", "advice.json": "advice", "rsqrt_cpu.json": "rsqrt", "bench_cpu.json": "bench",
 }
@@ -222,48 +217,13 @@ def _bench():
 
 
 @pytest.mark.guards("bench.data")
-def test_bench_records_are_self_consistent():
-    bench = _bench()
-    for r in BENCH["results"]:
-        assert r["bytes"] == bench.min_bytes(r["rows"], r["hidden"], bench.DTYPES[r["dtype"]], r["mode"], r["impl"])
-        if "skipped" in r:
-            continue
-        assert r["min_s"] <= r["q1_s"] <= r["median_s"] <= r["q3_s"] <= r["max_s"], r
-        assert all(r["min_s"] <= t <= r["max_s"] for t in r["round_median_s"]), r
-        assert len(r["round_median_s"]) == BENCH["settings"]["repeats"]
-        assert math.isclose(r["gbps"], r["bytes"] / r["median_s"] / 1e9, rel_tol=1e-9)
-        assert r["minflt_per_call"] >= 0
+def test_a_smoke_run_of_the_bench_is_shown_as_one():
+    """The records' own consistency and physical limits are checked where the build reads the file
+    (schemas/invariants.py, run by test_data_file_has_a_schema_and_matches_it); a --quick file is exempt from
+    the copy ceiling there, so its page must say it is a smoke run."""
     if not BENCH["provenance"]["quick"]:
-        assert BENCH["settings"]["repeats"] >= 3 and BENCH["load"]["quick"] is False
-
-
-@pytest.mark.guards("bench.data")
-def test_bench_has_no_physically_impossible_figure():
-    """No bandwidth-bound implementation may beat the best copy of the same bytes by much; shares are in
-    (0, 1); a block without norms may not be slower than with them beyond the noise."""
-    if BENCH["provenance"]["quick"]:
-        page = _render("performance.md")
-        assert "smoke run" in page.lower(), "a --quick bench file must be shown as a smoke run"
-    bench = _bench()
-    ceilings = {}
-    for r in BENCH["results"]:
-        if r["mode"] in bench.CEILING_MODES and r["impl"] in ("copy", "stream_copy") and "gbps" in r:
-            key = bench.ceiling_key(r)  # each group against its own copy (main shapes, short rows, QK-norm)
-            ceilings[key] = max(ceilings.get(key, 0.0), r["gbps"])
-    for r in BENCH["results"]:
-        if "gbps" not in r or r["mode"].endswith("forward_backward") or BENCH["provenance"]["quick"]:
-            continue  # a one-call smoke run is not a measurement; its page says so (checked above)
-        top = ceilings[bench.ceiling_key(r)]
-        assert r["gbps"] <= 1.5 * top, f"{r['impl']} {r['mode']} {r['dtype']} {r['rows']}x{r['hidden']}: " \
-                                       f"{r['gbps']:.1f} GB/s is far above the copy ceiling {top:.1f} GB/s"
-    block = BENCH.get("block")
-    if block:
-        for mode in ("forward", "forward_backward"):
-            for k in ("hf_llama_rms_norm", "fused_rms_norm"):
-                s = block[mode][k]
-                assert s["label"] != "slower", f"block {mode}: removing the norms made it slower beyond the noise"
-                assert s["share"] is None or 0 < s["share"] < 1
-                assert s["separated"] == (s["share"] is not None)
+        pytest.skip("the committed bench file is a full run; the ceiling check applies to it")
+    assert "smoke run" in _render("performance.md").lower(), "a --quick bench file must be shown as a smoke run"
 
 
 @pytest.mark.guards("bench.data")

@@ -3,11 +3,14 @@
 Every ``docs/data/<name>.json`` has ``<name>.schema.json`` here (JSON Schema 2020-12); the shared
 ``provenance.schema.json`` describes the block every study writes (:mod:`reference_impl.provenance`).
 The site build (``site_hooks/data.py``) and the tests (``tests/studies/test_data_files.py``) both call
-:func:`check_file`, so a corrupt, truncated or ill-typed file fails with its path named.
+:func:`check_file`, so a corrupt, truncated or ill-typed file fails with its path named; after the schema it
+runs the checks of :mod:`.invariants` (physical limits, a file's agreement with itself and with its
+sources), so a file that parses and types well but cannot be true fails too, naming the field.
 """
 from __future__ import annotations
 
 import json
+import math
 from functools import lru_cache
 from pathlib import Path
 
@@ -79,10 +82,20 @@ def _read_text(path: Path, where: str) -> str:
 
 
 class _Bad:
-    """Marks a value the JSON text may not hold (NaN, Infinity) until the walk below finds its path."""
+    """Marks a value the JSON text may not hold (NaN, Infinity, a number beyond the float range) until the
+    walk below finds its path."""
 
-    def __init__(self, what: str):
+    def __init__(self, what: str, why: str = "is not a number JSON allows (a measurement that failed?)"):
         self.what = what
+        self.why = why
+
+
+def _float(text: str):
+    """A JSON number with a fraction or exponent; ``1e400`` parses as inf in Python, so it is refused too."""
+    value = float(text)
+    if math.isinf(value):
+        return _Bad(text, "is beyond the float range (it would read as infinity)")
+    return value
 
 
 class _Pairs(dict):
@@ -102,7 +115,7 @@ def _walk_for_problems(node, path=()):
     """(dotted path, problem) of the first NaN/Infinity or repeated key in parsed data."""
     where = ".".join(str(p) for p in path) or "(top level)"
     if isinstance(node, _Bad):
-        return where, f"{node.what} is not a number JSON allows (a measurement that failed?)"
+        return where, f"{node.what} {node.why}"
     if isinstance(node, _Pairs) and node.duplicates:
         return where, f"key {node.duplicates[0]!r} appears more than once (only the last would be kept)"
     items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
@@ -125,7 +138,7 @@ def parse_json(text: str, where: str):
     """JSON as the data files may hold it: no NaN or Infinity, no repeated key, nesting that Python can
     parse; every failure a DataFileError naming the file (and the field, where there is one)."""
     try:
-        data = json.loads(text, parse_constant=_Bad, object_pairs_hook=_pairs)
+        data = json.loads(text, parse_constant=_Bad, parse_float=_float, object_pairs_hook=_pairs)
     except json.JSONDecodeError as exc:
         raise DataFileError(f"{where} is not valid JSON (truncated or corrupt?): {exc.msg} at line {exc.lineno}, "
                             f"column {exc.colno}") from exc
@@ -140,12 +153,28 @@ def parse_json(text: str, where: str):
     return _plain(data)
 
 
+def check_invariants(data, name: str, where: str) -> None:
+    """Runs the physical and consistency checks of :mod:`.invariants` registered for ``name``; raises
+    DataFileError naming ``where`` and each field found wrong."""
+    from .invariants import problems
+
+    found = problems(data, Path(name).name)
+    if found:
+        lines = [f"  at {field}: {problem[:400]}" for field, problem in found[:10]]
+        more = f"\n  ... and {len(found) - 10} more" if len(found) > 10 else ""
+        raise DataFileError(f"{where} fails its consistency checks (reference_impl/studies/schemas/invariants.py):\n"
+                            + "\n".join(lines) + more)
+
+
 def check_file(path: Path):
-    """Reads, parses and validates one data file; returns its data or raises DataFileError naming the path."""
+    """Reads, parses and validates one data file (its schema, then :mod:`.invariants`: physical limits,
+    agreement with itself, a provenance that matches the sources); returns its data or raises DataFileError
+    naming the path and the field."""
     path = Path(path)
     where = _rel(path)
     data = parse_json(_read_text(path, where), where)
     check_data(data, path.name, where)
+    check_invariants(data, path.name, where)
     return data
 
 
