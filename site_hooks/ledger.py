@@ -274,7 +274,7 @@ def _evidence_lines(ctx, e: dict) -> list[str]:
         if kind == "test":
             ctx.guard_ids.append("test:" + value)
             o = guards.outcome(value)
-            lines.append(f'- test `{value}` <span class="guard-{o["status"]}">({html.escape(o["text"])})</span>')
+            lines.append(f'- test `{value}` <span class="{guards.css_class(o["status"])}">({html.escape(o["text"])})</span>')
         elif kind == "data":
             meta = _data_meta(value)
             lines.append(f"- data {_link(ctx, value)}" + (f" ({meta})" if meta else ""))
