@@ -112,3 +112,17 @@ def check_grad(dy, x: torch.Tensor, name: str = "dy") -> None:
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
     """Statistics run in float32, or float64 for float64 input."""
     return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def eps_limit(dtype: torch.dtype) -> float:
+    """The largest eps a computation in ``dtype`` can add: that dtype's largest finite value. Every entry
+    point passes it to :func:`check_eps` (``max_value``), so the reference paths refuse what the fused ops
+    refuse instead of returning zeros."""
+    return float(torch.finfo(dtype).max)
+
+
+def functorch_active() -> bool:
+    """True inside ``torch.func`` transforms (vmap, grad, jvp, jacrev, ...). The explicit-backward autograd
+    Functions then run their forward as plain torch operations, which every transform differentiates and
+    batches exactly (a hand-written backward has no forward-mode or batching rule)."""
+    return bool(torch._C._are_functorch_transforms_active())

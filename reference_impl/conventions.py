@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from . import reference as _ref
-from ._checks import check_eps, check_grad, check_input, check_param, compute_dtype
+from ._checks import check_eps, check_grad, check_input, check_param, compute_dtype, eps_limit, functorch_active
 
 RMS_CONVENTIONS = ("reference", "llama", "gemma", "t5", "olmo2", "torch")
 LN_CONVENTIONS = ("neox", "cohere")
@@ -84,13 +84,23 @@ def resolve_eps(eps, x: torch.Tensor, convention: str) -> float:
         if convention != "torch":
             raise TypeError(f"eps=None is only accepted with convention='torch' (got convention={convention!r})")
         return float(torch.finfo(compute_dtype(x)).eps)
-    return check_eps(eps)
+    return check_eps(eps, max_value=eps_limit(stat_dtype(x, convention)))
 
 
 def _inv_rms(ms: torch.Tensor, eps: float, placement: str) -> torch.Tensor:
     if placement == "inside":
         return torch.rsqrt(ms + eps)
     return 1.0 / (torch.sqrt(ms) + eps)
+
+
+def row_mean(t, convention):
+    """Mean over the last dimension, ``(..., 1)``: torch's mean, as the modules compute it; the core's
+    batch-invariant row mean for ``reference`` (so it stays bit-identical to :mod:`reference_impl.reference`)."""
+    return _ref.row_mean(t) if convention == "reference" else t.mean(-1, keepdim=True)
+
+
+def _mean_square(xf, convention):
+    return row_mean(xf.pow(2), convention)
 
 
 # --8<-- [start:conventions_forward]
@@ -124,7 +134,7 @@ def apply_gain(x, rstd, w, convention):
 def rms_forward(x, w, eps, convention, placement):
     """Returns (y, rstd); rstd is the float32/float64 statistic the backward needs."""
     xf = x.to(stat_dtype(x, convention))
-    rstd = _inv_rms(xf.pow(2).mean(-1, keepdim=True), eps, placement)
+    rstd = _inv_rms(_mean_square(xf, convention), eps, placement)
     return apply_gain(x, rstd, w, convention), rstd
 # --8<-- [end:conventions_forward]
 
@@ -157,7 +167,7 @@ def rms_backward(dy, x, w, rstd, convention, placement):
     dyf = dy.to(cd)
     g_w = effective_gain(w, convention)
     g = dyf if g_w is None else dyf * g_w.to(cd)
-    m = (g * xhat).mean(-1, keepdim=True)
+    m = row_mean(g * xhat, convention)
     if placement == "inside":
         dx = rstd * (g - xhat * m)
     else:  # r = 1/(s + eps): dx = r * (g - (x / s) * mean(g * xhat)); x/s := 0 on an all-zero row
@@ -170,8 +180,26 @@ def rms_backward(dy, x, w, rstd, convention, placement):
     return dx.to(x.dtype), dw
 
 
+def check_rms_args(x, weight, eps, convention, placement) -> float:
+    """The checks of :func:`rms_norm`; returns the resolved eps."""
+    check_input(x)
+    check_param(weight, x, "weight")
+    check_convention(convention)
+    check_placement(placement)
+    return resolve_eps(eps, x, convention)
+
+
 class ConventionRMSNormFunction(torch.autograd.Function):
-    """``ConventionRMSNormFunction.apply(x, weight, eps, convention, placement)``; explicit backward."""
+    """``ConventionRMSNormFunction.apply(x, weight, eps, convention, placement)``; explicit backward.
+    ``apply`` checks its arguments as :func:`rms_norm` does and, inside torch.func transforms, runs the
+    forward as plain torch operations (exact under vmap, grad, jvp)."""
+
+    @classmethod
+    def apply(cls, x, weight, eps, convention, placement):
+        eps = check_rms_args(x, weight, eps, convention, placement)
+        if functorch_active():
+            return rms_forward(x, weight, eps, convention, placement)[0]
+        return super().apply(x, weight, eps, convention, placement)
 
     @staticmethod
     def forward(ctx, x, weight, eps, convention, placement):
@@ -185,7 +213,7 @@ class ConventionRMSNormFunction(torch.autograd.Function):
     def backward(ctx, dy):
         x, weight, rstd = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: recompute rstd from x so double backward is exact
-            rstd = _inv_rms(x.to(rstd.dtype).pow(2).mean(-1, keepdim=True), ctx.eps, ctx.placement)
+            rstd = _inv_rms(_mean_square(x.to(rstd.dtype), ctx.convention), ctx.eps, ctx.placement)
         dx, dw = rms_backward(dy, x, weight, rstd, ctx.convention, ctx.placement)
         need = ctx.needs_input_grad
         return (dx if need[0] else None), (dw if need[1] else None), None, None, None
@@ -209,12 +237,13 @@ def rms_norm(x, weight=None, eps=1e-6, *, convention="llama", eps_placement="ins
 
     Raises:
         TypeError / ValueError: as :func:`reference_impl.rms_norm`, plus an unknown convention or placement.
+
+    Range: every convention squares in float32 and sums with torch's float32 mean, so a row whose sum of
+    squares passes float32's maximum (any ``|x|`` above about 1.8e19, or an RMS above
+    ``sqrt(float32 max / d)``) gets rstd 0 and comes out as zeros, as the modules do; with ``eps=0`` a row
+    whose squares underflow to 0 gives Inf/NaN. docs/numerics.md gives the measured thresholds.
     """
-    check_input(x)
-    check_param(weight, x, "weight")
-    check_convention(convention)
-    check_placement(eps_placement)
-    eps = resolve_eps(eps, x, convention)
+    eps = check_rms_args(x, weight, eps, convention, eps_placement)
     if convention == "reference" and eps_placement == "inside":
         return _ref.RMSNormFunction.apply(x, weight, eps)
     return ConventionRMSNormFunction.apply(x, weight, eps, convention, eps_placement)
@@ -226,15 +255,13 @@ def rms_norm_backward(dy, x, weight=None, eps=1e-6, *, convention="llama", eps_p
     ``dx = r * (g - xhat * mean(g * xhat))`` with ``g = dy * gain``, ``gain = 1 + w`` for gemma, ``w``
     otherwise; with eps outside, ``xhat`` in the bracket becomes ``x / sqrt(ms)``. ``dweight = sum dy * xhat``.
     """
-    check_input(x)
+    eps = check_rms_args(x, weight, eps, convention, eps_placement)
     check_grad(dy, x)
-    check_param(weight, x, "weight")
-    check_convention(convention)
-    check_placement(eps_placement)
-    eps = resolve_eps(eps, x, convention)
+    if convention == "reference" and eps_placement == "inside":  # the core, as rms_norm's forward
+        return _ref.rms_norm_backward(dy, x, weight, eps)
     cd = stat_dtype(x, convention)
     xf = x.to(cd)
-    rstd = _inv_rms(xf.pow(2).mean(-1, keepdim=True), eps, eps_placement)
+    rstd = _inv_rms(_mean_square(xf, convention), eps, eps_placement)
     return rms_backward(dy, x, weight, rstd, convention, eps_placement)
 
 
@@ -255,7 +282,31 @@ def _ln_forward(x, w, b, eps, convention):
 # --8<-- [end:ln_conventions]
 
 
+def check_ln_args(x, weight, bias, eps, convention) -> float:
+    """The checks of :func:`layer_norm`; returns eps as a float."""
+    check_input(x)
+    check_param(weight, x, "weight")
+    check_param(bias, x, "bias")
+    check_convention(convention, LN_CONVENTIONS, "LayerNorm")
+    eps = check_eps(eps, max_value=eps_limit(torch.float32 if convention == "cohere" else compute_dtype(x)))
+    if convention == "neox":
+        for name, p in (("weight", weight), ("bias", bias)):
+            if p is not None and p.dtype != x.dtype:
+                raise TypeError(f"neox (torch.nn.LayerNorm) needs {name} in x's dtype {x.dtype}, got {p.dtype}")
+    return eps
+
+
 class ConventionLayerNormFunction(torch.autograd.Function):
+    """``ConventionLayerNormFunction.apply(x, weight, bias, eps, convention)``; explicit backward. ``apply``
+    checks its arguments and, inside torch.func transforms, runs the forward as plain torch operations."""
+
+    @classmethod
+    def apply(cls, x, weight, bias, eps, convention):
+        eps = check_ln_args(x, weight, bias, eps, convention)
+        if functorch_active():
+            return _ln_forward(x, weight, bias, eps, convention)
+        return super().apply(x, weight, bias, eps, convention)
+
     @staticmethod
     def forward(ctx, x, weight, bias, eps, convention):
         y = _ln_forward(x, weight, bias, eps, convention)
@@ -281,16 +332,11 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, *, convention="neox"):
 
     Shapes, dtypes and errors as :func:`reference_impl.layer_norm`. Output dtype ``x.dtype``. The
     backward is the core's explicit LayerNorm backward (two-pass statistics in float32/float64).
+
+    Range: as :func:`rms_norm`, a row whose squared deviations overflow float32 (about 1.8e19 from the
+    mean) has rstd 0, and with ``eps=0`` a row whose squared deviations underflow gives Inf/NaN.
     """
-    check_input(x)
-    check_param(weight, x, "weight")
-    check_param(bias, x, "bias")
-    check_convention(convention, LN_CONVENTIONS, "LayerNorm")
-    eps = check_eps(eps)
-    if convention == "neox":
-        for name, p in (("weight", weight), ("bias", bias)):
-            if p is not None and p.dtype != x.dtype:
-                raise TypeError(f"neox (torch.nn.LayerNorm) needs {name} in x's dtype {x.dtype}, got {p.dtype}")
+    eps = check_ln_args(x, weight, bias, eps, convention)
     return ConventionLayerNormFunction.apply(x, weight, bias, eps, convention)
 
 

@@ -6,6 +6,15 @@ Conventions of this core reference:
 - Statistics and the whole computation run in float32 (float64 for float64 input); the result is cast
   once to the input dtype at the end. The gain and bias are used in that compute dtype.
 - eps sits inside the square root: ``x * rsqrt(mean(x**2) + eps)``.
+- Row statistics (means) are summed in float64 in a fixed, sequential order per row and then rounded to
+  the compute dtype, so a row's result does not depend on the other rows or the batch layout (torch's
+  own reductions split long rows differently depending on how many rows there are, which moves the last
+  bit). Squares are formed in the compute dtype, as the modules this mirrors do.
+- Range: in float32, a square overflows for ``|x|`` above ``sqrt(float32 max)`` (about 1.8e19), which makes
+  the row's mean square Inf and its rstd 0, so the row comes out as zeros (RMSNorm) or NaN/zeros
+  (LayerNorm), as ``torch.nn.functional.rms_norm`` does. With ``eps=0``, a row whose squares all underflow
+  (``|x|`` below about 2.6e-23, the square root of float32's smallest subnormal) has mean square 0 and
+  rstd Inf: Inf or NaN. docs/numerics.md states both thresholds as a test measures them.
 - Non-finite values stay in their row; other rows are unaffected. A NaN makes its whole row NaN. An Inf
   makes the row's mean square Inf, so RMSNorm's rstd is 0: the row's finite entries become 0 and the Inf
   entry NaN (0 * Inf), exactly as ``torch.nn.functional.rms_norm`` does; LayerNorm's row becomes all NaN
@@ -18,7 +27,7 @@ import torch
 
 import math
 
-from ._checks import check_eps, check_grad, check_input, check_param, compute_dtype
+from ._checks import check_eps, check_grad, check_input, check_param, compute_dtype, eps_limit, functorch_active
 
 
 def _rows(x):
@@ -26,11 +35,20 @@ def _rows(x):
     return math.prod(x.shape[:-1])
 
 
+def row_mean(t: torch.Tensor) -> torch.Tensor:
+    """Mean over the last dimension, ``(..., 1)`` in ``t``'s dtype, the same bits whatever the batch.
+
+    The sum runs in float64 in sequential order along each row (``cumsum`` never splits a row across
+    threads, unlike ``sum``/``mean``, whose split depends on the number of rows), then it is rounded once.
+    """
+    return (t.to(torch.float64).cumsum(dim=-1)[..., -1:] / t.shape[-1]).to(t.dtype)
+
+
 # --8<-- [start:rms_forward]
 def rms_forward(x, weight, eps):
     cd = compute_dtype(x)
     xf = x.to(cd)
-    rstd = torch.rsqrt(xf.pow(2).mean(dim=-1, keepdim=True) + eps)  # one statistic per row, kept for backward
+    rstd = torch.rsqrt(row_mean(xf.pow(2)) + eps)  # one statistic per row
     y = xf * rstd
     if weight is not None:
         y = y * weight.to(cd)
@@ -44,7 +62,7 @@ def rms_backward(dy, x, weight, rstd):
     xhat = x.to(cd) * rstd
     g = dy.to(cd) if weight is None else dy.to(cd) * weight.to(cd)
     # dx = rstd * (g - xhat * mean(g * xhat)): the Jacobian is rstd times a projection.
-    dx = rstd * (g - xhat * (g * xhat).mean(dim=-1, keepdim=True))
+    dx = rstd * (g - xhat * row_mean(g * xhat))
     dw = None
     if weight is not None:
         dw = (dy.to(cd) * xhat).reshape(_rows(x), x.shape[-1]).sum(dim=0).to(weight.dtype)
@@ -56,8 +74,8 @@ def rms_backward(dy, x, weight, rstd):
 def ln_forward(x, weight, bias, eps):
     cd = compute_dtype(x)
     xf = x.to(cd)
-    xc = xf - xf.mean(dim=-1, keepdim=True)
-    rstd = torch.rsqrt(xc.pow(2).mean(dim=-1, keepdim=True) + eps)  # two-pass variance: no cancellation
+    xc = xf - row_mean(xf)
+    rstd = torch.rsqrt(row_mean(xc.pow(2)) + eps)  # two-pass variance: no cancellation
     y = xc * rstd
     if weight is not None:
         y = y * weight.to(cd)
@@ -71,10 +89,10 @@ def ln_forward(x, weight, bias, eps):
 def ln_backward(dy, x, weight, bias, rstd):
     cd = rstd.dtype
     xf = x.to(cd)
-    xhat = (xf - xf.mean(dim=-1, keepdim=True)) * rstd
+    xhat = (xf - row_mean(xf)) * rstd
     dyf = dy.to(cd)
     g = dyf if weight is None else dyf * weight.to(cd)
-    dx = rstd * (g - g.mean(dim=-1, keepdim=True) - xhat * (g * xhat).mean(dim=-1, keepdim=True))
+    dx = rstd * (g - row_mean(g) - xhat * row_mean(g * xhat))
     d = x.shape[-1]
     dw = None if weight is None else (dyf * xhat).reshape(_rows(x), d).sum(dim=0).to(weight.dtype)
     db = None if bias is None else dyf.reshape(_rows(x), d).sum(dim=0).to(bias.dtype)
@@ -84,13 +102,13 @@ def ln_backward(dy, x, weight, bias, rstd):
 
 def rms_rstd(x, eps):
     """The reciprocal RMS per row, ``(..., 1)``, in the compute dtype, as :func:`rms_forward` computes it."""
-    return torch.rsqrt(x.to(compute_dtype(x)).pow(2).mean(dim=-1, keepdim=True) + eps)
+    return torch.rsqrt(row_mean(x.to(compute_dtype(x)).pow(2)) + eps)
 
 
 def ln_rstd(x, eps):
     """The reciprocal standard deviation per row (two-pass), as :func:`ln_forward` computes it."""
     xf = x.to(compute_dtype(x))
-    return torch.rsqrt((xf - xf.mean(dim=-1, keepdim=True)).pow(2).mean(dim=-1, keepdim=True) + eps)
+    return torch.rsqrt(row_mean((xf - row_mean(xf)).pow(2)) + eps)
 
 
 # Double backward: the explicit backward is built from torch operations on (dy, x, weight, rstd), so it is
@@ -98,11 +116,37 @@ def ln_rstd(x, eps):
 # recorded (create_graph=True, torch.is_grad_enabled() inside backward) rstd is recomputed from the saved
 # input, so the second derivative sees how rstd depends on x. Without it, rstd would act as a constant and
 # Hessian-vector products would come out wrong without an error.
+#
+# ``apply`` is the public entry point of each Function: it checks its arguments (the Function is public, and
+# an int32 tensor or eps=-1 must not come back as a number), and inside torch.func transforms (vmap, grad,
+# jvp, ...) it runs the forward as plain torch operations, which those transforms handle exactly.
+
+
+def check_rms_args(x, weight, eps) -> float:
+    """The checks of :func:`rms_norm`; returns eps as a float, bounded by the compute dtype's maximum."""
+    check_input(x)
+    check_param(weight, x, "weight")
+    return check_eps(eps, max_value=eps_limit(compute_dtype(x)))
+
+
+def check_ln_args(x, weight, bias, eps) -> float:
+    """The checks of :func:`layer_norm`; returns eps as a float."""
+    check_input(x)
+    check_param(weight, x, "weight")
+    check_param(bias, x, "bias")
+    return check_eps(eps, max_value=eps_limit(compute_dtype(x)))
 
 
 class RMSNormFunction(torch.autograd.Function):
     """``RMSNormFunction.apply(x, weight, eps)``; backward uses the explicit formula above and is itself
-    differentiable (double backward is exact)."""
+    differentiable (double backward is exact). ``apply`` checks its arguments as :func:`rms_norm` does."""
+
+    @classmethod
+    def apply(cls, x, weight, eps):
+        eps = check_rms_args(x, weight, eps)
+        if functorch_active():
+            return rms_forward(x, weight, eps)[0]
+        return super().apply(x, weight, eps)
 
     @staticmethod
     def forward(ctx, x, weight, eps):
@@ -122,7 +166,14 @@ class RMSNormFunction(torch.autograd.Function):
 
 class LayerNormFunction(torch.autograd.Function):
     """``LayerNormFunction.apply(x, weight, bias, eps)``; backward uses the explicit formula above and is
-    itself differentiable (double backward is exact)."""
+    itself differentiable (double backward is exact). ``apply`` checks its arguments as :func:`layer_norm`."""
+
+    @classmethod
+    def apply(cls, x, weight, bias, eps):
+        eps = check_ln_args(x, weight, bias, eps)
+        if functorch_active():
+            return ln_forward(x, weight, bias, eps)[0]
+        return super().apply(x, weight, bias, eps)
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps):
@@ -158,11 +209,13 @@ def rms_norm(
 
     Raises:
         TypeError: non-tensor input, or an integer, bool or complex dtype.
-        ValueError: 0-d ``x``, ``weight`` of the wrong shape or device, negative or non-finite ``eps``.
+        ValueError: 0-d ``x``, ``weight`` of the wrong shape or device, negative or non-finite ``eps``, or
+            ``eps`` above the compute dtype's largest finite value (float32's for 16- and 32-bit input).
+
+    Inside ``torch.func`` transforms (vmap, grad, jvp, hessian, ...) the forward runs as plain torch
+    operations, so those transforms see the exact derivatives.
     """
-    check_input(x)
-    check_param(weight, x, "weight")
-    eps = check_eps(eps)
+    eps = check_rms_args(x, weight, eps)  # here too: torch.compile traces the Function without its apply
     return RMSNormFunction.apply(x, weight, eps)
 
 
@@ -177,10 +230,7 @@ def layer_norm(
     The variance is the biased one (divides by ``d``), as in ``torch.nn.functional.layer_norm``.
     Shapes, dtypes and errors as in :func:`rms_norm`; ``bias`` has shape ``(d,)`` or is ``None``.
     """
-    check_input(x)
-    check_param(weight, x, "weight")
-    check_param(bias, x, "bias")
-    eps = check_eps(eps)
+    eps = check_ln_args(x, weight, bias, eps)
     return LayerNormFunction.apply(x, weight, bias, eps)
 
 
@@ -190,12 +240,9 @@ def rms_norm_backward(dy, x, weight=None, eps: float = 1e-6):
     ``dx = rstd * (g - xhat * mean(g * xhat))`` with ``g = dy * weight`` and ``xhat = x * rstd``;
     ``dweight = sum over rows of dy * xhat``.
     """
-    check_input(x)
+    eps = check_rms_args(x, weight, eps)
     check_grad(dy, x)
-    check_param(weight, x, "weight")
-    eps = check_eps(eps)
-    cd = compute_dtype(x)
-    rstd = torch.rsqrt(x.to(cd).pow(2).mean(dim=-1, keepdim=True) + eps)
+    rstd = rms_rstd(x, eps)
     return rms_backward(dy, x, weight, rstd)
 
 
@@ -204,13 +251,7 @@ def layer_norm_backward(dy, x, weight=None, bias=None, eps: float = 1e-5):
 
     ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))``; ``dweight = sum dy * xhat``; ``dbias = sum dy``.
     """
-    check_input(x)
+    eps = check_ln_args(x, weight, bias, eps)
     check_grad(dy, x)
-    check_param(weight, x, "weight")
-    check_param(bias, x, "bias")
-    eps = check_eps(eps)
-    cd = compute_dtype(x)
-    xf = x.to(cd)
-    xc = xf - xf.mean(dim=-1, keepdim=True)
-    rstd = torch.rsqrt(xc.pow(2).mean(dim=-1, keepdim=True) + eps)
+    rstd = ln_rstd(x, eps)
     return ln_backward(dy, x, weight, bias, rstd)

@@ -1,7 +1,10 @@
 """RMSNorm variants: partial (pRMSNorm), grouped (Mamba-2), fused residual add, QK-norm placements, ScaleNorm.
 
 Every variant has an explicit backward (``torch.autograd.Function``; reshapes around it are plain views)
-and the core's input checks. Shapes are ``(..., d)``, normalization over the last dimension unless stated.
+and the core's input checks. Each Function's ``apply`` checks its own arguments too, and inside torch.func
+transforms (vmap, grad, jvp, ...) runs the forward as plain torch operations, which they handle exactly.
+Range (as the core reference and the modules): squares are formed in float32, so ``|x|`` above about
+1.8e19 gives rstd 0 (zeros), and with ``eps=0`` rows whose squares underflow give Inf/NaN. Shapes are ``(..., d)``, normalization over the last dimension unless stated.
 """
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from . import conventions as _cv
-from ._checks import FLOAT_DTYPES, check_eps, check_input, check_param, compute_dtype
+from ._checks import FLOAT_DTYPES, check_eps, check_input, check_param, compute_dtype, eps_limit, functorch_active
 
 
 def _rows2d(t):
@@ -40,18 +43,41 @@ def _prms_stats(xf, k, eps, placement):
 # --8<-- [end:prms_forward]
 
 
+def _prms_forward(x, weight, eps, k, placement):
+    cd = compute_dtype(x)
+    xf = x.to(cd)
+    _, r = _prms_stats(xf, k, eps, placement)
+    y = xf * r
+    if weight is not None:
+        y = y * weight.to(cd)
+    return y.to(x.dtype), r
+
+
+def _check_partial(x, weight, eps, k, placement) -> float:
+    check_input(x)
+    check_param(weight, x, "weight")
+    _cv.check_placement(placement)
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= x.shape[-1]:
+        raise ValueError(f"k must be an int in [1, {x.shape[-1]}] (features the RMS is taken over), got {k!r}")
+    return check_eps(eps, max_value=eps_limit(compute_dtype(x)))
+
+
 class PartialRMSNormFunction(torch.autograd.Function):
+    """``PartialRMSNormFunction.apply(x, weight, eps, k, placement)``: RMS over the first k features."""
+
+    @classmethod
+    def apply(cls, x, weight, eps, k, placement):
+        eps = _check_partial(x, weight, eps, k, placement)
+        if functorch_active():
+            return _prms_forward(x, weight, eps, k, placement)[0]
+        return super().apply(x, weight, eps, k, placement)
+
     @staticmethod
     def forward(ctx, x, weight, eps, k, placement):
-        cd = compute_dtype(x)
-        xf = x.to(cd)
-        _, r = _prms_stats(xf, k, eps, placement)
-        y = xf * r
-        if weight is not None:
-            y = y * weight.to(cd)
+        y, r = _prms_forward(x, weight, eps, k, placement)
         ctx.save_for_backward(x, weight, r)
         ctx.k, ctx.eps, ctx.placement = k, eps, placement
-        return y.to(x.dtype)
+        return y
 
     @staticmethod
     def backward(ctx, dy):
@@ -85,10 +111,8 @@ def partial_rms_norm(x, weight=None, p=0.0625, eps=1e-8, *, eps_placement="insid
     ``p`` in (0, 1]; ``p = 1`` is plain RMSNorm. The authors' default eps is 1e-8.
     """
     check_input(x)
-    check_param(weight, x, "weight")
-    eps = check_eps(eps)
-    _cv.check_placement(eps_placement)
     k = partial_size(x.shape[-1], p)
+    eps = _check_partial(x, weight, eps, k, eps_placement)  # here too: torch.compile skips the Function's apply
     return PartialRMSNormFunction.apply(x, weight, eps, k, eps_placement)
 
 
@@ -118,7 +142,30 @@ def _grouped_forward(x, gate, w, eps, gs):
 # --8<-- [end:grouped_forward]
 
 
+def _check_grouped(x, gate, weight, eps, gs) -> float:
+    check_input(x)
+    check_param(weight, x, "weight")
+    if isinstance(gs, bool) or not isinstance(gs, int) or gs < 1 or x.shape[-1] % gs:
+        raise ValueError(f"group size must be a positive int dividing the last dimension {x.shape[-1]}, got {gs!r}")
+    if gate is not None:
+        check_input(gate, "gate")
+        if gate.shape != x.shape:
+            raise ValueError(f"gate has shape {tuple(gate.shape)} but x has shape {tuple(x.shape)}")
+        if gate.device != x.device:
+            raise ValueError(f"gate is on {gate.device} but x is on {x.device}")
+    return check_eps(eps, max_value=eps_limit(torch.float32))
+
+
 class GroupedRMSNormFunction(torch.autograd.Function):
+    """``GroupedRMSNormFunction.apply(x, gate, weight, eps, group_size)``; explicit backward."""
+
+    @classmethod
+    def apply(cls, x, gate, weight, eps, gs):
+        eps = _check_grouped(x, gate, weight, eps, gs)
+        if functorch_active():
+            return _grouped_forward(x, gate, weight, eps, gs)[0]
+        return super().apply(x, gate, weight, eps, gs)
+
     @staticmethod
     def forward(ctx, x, gate, weight, eps, gs):
         y, a, r = _grouped_forward(x, gate, weight, eps, gs)
@@ -162,21 +209,36 @@ def grouped_rms_norm(x, weight=None, groups=1, eps=1e-6, *, gate=None):
     ``(d,)`` is applied after the cast to x's dtype (llama order). ``groups=1`` is llama-convention RMSNorm.
     """
     check_input(x)
-    check_param(weight, x, "weight")
-    eps = check_eps(eps)
     gs = group_size(x.shape[-1], groups)
-    if gate is not None:
-        check_input(gate, "gate")
-        if gate.shape != x.shape:
-            raise ValueError(f"gate has shape {tuple(gate.shape)} but x has shape {tuple(x.shape)}")
-        if gate.device != x.device:
-            raise ValueError(f"gate is on {gate.device} but x is on {x.device}")
+    eps = _check_grouped(x, gate, weight, eps, gs)
     return GroupedRMSNormFunction.apply(x, gate, weight, eps, gs)
 
 
 # ------------------------------------------------------------------ fused residual add + RMSNorm
 
+def _check_fused_add(x, residual, weight, eps, convention) -> float:
+    check_input(x)
+    check_input(residual, "residual")
+    if residual.shape != x.shape:
+        raise ValueError(f"residual has shape {tuple(residual.shape)} but x has shape {tuple(x.shape)}")
+    if residual.device != x.device:
+        raise ValueError(f"residual is on {residual.device} but x is on {x.device}")
+    check_param(weight, x, "weight")
+    _cv.check_convention(convention)
+    return _cv.resolve_eps(eps, x, convention)
+
+
 class FusedAddRMSNormFunction(torch.autograd.Function):
+    """``FusedAddRMSNormFunction.apply(x, residual, weight, eps, convention)`` -> ``(y, residual + x)``."""
+
+    @classmethod
+    def apply(cls, x, residual, weight, eps, convention):
+        eps = _check_fused_add(x, residual, weight, eps, convention)
+        if functorch_active():
+            s = residual + x
+            return _cv.rms_forward(s, weight, eps, convention, "inside")[0], s
+        return super().apply(x, residual, weight, eps, convention)
+
     @staticmethod
     def forward(ctx, x, residual, weight, eps, convention):
         s = residual + x  # the new residual stream, in promote(x, residual), as `residual + hidden_states`
@@ -191,7 +253,7 @@ class FusedAddRMSNormFunction(torch.autograd.Function):
         x, residual, w, rstd = ctx.saved_tensors
         s = residual + x  # recomputed (not saved) so that, under create_graph, it stays tied to x and residual
         if torch.is_grad_enabled():
-            rstd = torch.rsqrt(s.to(rstd.dtype).pow(2).mean(-1, keepdim=True) + ctx.eps)
+            rstd = torch.rsqrt(_cv.row_mean(s.to(rstd.dtype).pow(2), ctx.convention) + ctx.eps)
         dsum, dw = _cv.rms_backward(dy, s, w, rstd, ctx.convention, "inside")
         total = dsum.to(torch.promote_types(dsum.dtype, torch.float32))
         if ds is not None:
@@ -208,15 +270,7 @@ def fused_add_rms_norm(x, residual, weight=None, eps=1e-6, *, convention="llama"
     Bit-identical to the unfused pair a decoder layer runs (``hidden = residual + hidden`` then the next
     layer's norm). Returns ``(normalized, new_residual)``; the new residual has ``promote(x, residual)``.
     """
-    check_input(x)
-    check_input(residual, "residual")
-    if residual.shape != x.shape:
-        raise ValueError(f"residual has shape {tuple(residual.shape)} but x has shape {tuple(x.shape)}")
-    if residual.device != x.device:
-        raise ValueError(f"residual is on {residual.device} but x is on {x.device}")
-    check_param(weight, x, "weight")
-    _cv.check_convention(convention)
-    eps = _cv.resolve_eps(eps, x, convention)
+    eps = _check_fused_add(x, residual, weight, eps, convention)
     return FusedAddRMSNormFunction.apply(x, residual, weight, eps, convention)
 # --8<-- [end:fused_add]
 
@@ -255,17 +309,42 @@ def qk_norm(q, k, q_weight, k_weight, head_dim, eps=1e-6, *, placement="per_head
 
 # ------------------------------------------------------------------ ScaleNorm (Nguyen & Salazar 2019)
 
+def _scale_forward(x, g, eps):
+    cd = compute_dtype(x)
+    xf = x.to(cd)
+    n = torch.linalg.vector_norm(xf, dim=-1, keepdim=True)
+    return (g.to(cd) * xf / n.clamp(min=eps)).to(x.dtype), n
+
+
+def _check_scale(x, g, eps) -> float:
+    check_input(x)
+    if not isinstance(g, torch.Tensor):
+        raise TypeError(f"g must be a torch.Tensor, got {type(g).__name__}")
+    if g.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"g has dtype {g.dtype}; expected one of float16, bfloat16, float32, float64")
+    if g.numel() != 1:
+        raise ValueError(f"g must hold exactly one value (ScaleNorm has a single scalar gain), got shape {tuple(g.shape)}")
+    if g.device != x.device:
+        raise ValueError(f"g is on {g.device} but x is on {x.device}")
+    return check_eps(eps, max_value=eps_limit(compute_dtype(x)))  # clamped in that dtype
+
+
 class ScaleNormFunction(torch.autograd.Function):
+    """``ScaleNormFunction.apply(x, g, eps)``; explicit backward."""
+
+    @classmethod
+    def apply(cls, x, g, eps):
+        eps = _check_scale(x, g, eps)
+        if functorch_active():
+            return _scale_forward(x, g, eps)[0]
+        return super().apply(x, g, eps)
+
     @staticmethod
     def forward(ctx, x, g, eps):
-        cd = compute_dtype(x)
-        xf = x.to(cd)
-        n = torch.linalg.vector_norm(xf, dim=-1, keepdim=True)
-        nc = n.clamp(min=eps)
-        y = g.to(cd) * xf / nc
+        y, n = _scale_forward(x, g, eps)
         ctx.save_for_backward(x, g, n)
         ctx.eps = eps
-        return y.to(x.dtype)
+        return y
 
     @staticmethod
     def backward(ctx, dy):
@@ -292,16 +371,7 @@ def scale_norm(x, g, eps=1e-5):
     The paper initialises g to sqrt(d). ``g`` is a one-element float tensor; computed in float32
     (float64 for float64 input), one cast at the end.
     """
-    check_input(x)
-    if not isinstance(g, torch.Tensor):
-        raise TypeError(f"g must be a torch.Tensor, got {type(g).__name__}")
-    if g.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"g has dtype {g.dtype}; expected one of float16, bfloat16, float32, float64")
-    if g.numel() != 1:
-        raise ValueError(f"g must hold exactly one value (ScaleNorm has a single scalar gain), got shape {tuple(g.shape)}")
-    if g.device != x.device:
-        raise ValueError(f"g is on {g.device} but x is on {x.device}")
-    eps = check_eps(eps, max_value=torch.finfo(compute_dtype(x)).max)  # clamped in that dtype
+    eps = _check_scale(x, g, eps)
     return ScaleNormFunction.apply(x, g, eps)
 # --8<-- [end:scale_norm]
 
