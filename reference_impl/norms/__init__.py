@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from collections.abc import Mapping
 from functools import lru_cache
 
 from .derf import Derf, derf
@@ -34,47 +35,27 @@ def _catalog() -> dict:
     return specs
 
 
-class _Catalog(dict):
-    """A read-only mapping name -> NormSpec, filled on first use (the modules import the core lazily)."""
+class Catalog(Mapping):
+    """The read-only mapping name -> :class:`NormSpec` of every catalog module, built on first use (the
+    modules import the core lazily, so importing this package stays light). ``repr`` lists the names."""
 
-    def _fill(self):
-        if not dict.__len__(self):
-            dict.update(self, _catalog())
-
-    def __getitem__(self, k):
-        self._fill()
-        return dict.__getitem__(self, k)
+    def __getitem__(self, name: str) -> NormSpec:
+        try:
+            return _catalog()[name]
+        except KeyError:
+            raise KeyError(f"no norm {name!r} in the catalog; it has: {', '.join(_catalog())}") from None
 
     def __iter__(self):
-        self._fill()
-        return dict.__iter__(self)
+        return iter(_catalog())
 
-    def __len__(self):
-        self._fill()
-        return dict.__len__(self)
+    def __len__(self) -> int:
+        return len(_catalog())
 
-    def __contains__(self, k):
-        self._fill()
-        return dict.__contains__(self, k)
-
-    def keys(self):
-        self._fill()
-        return dict.keys(self)
-
-    def values(self):
-        self._fill()
-        return dict.values(self)
-
-    def items(self):
-        self._fill()
-        return dict.items(self)
-
-    def get(self, k, default=None):
-        self._fill()
-        return dict.get(self, k, default)
+    def __repr__(self) -> str:
+        return f"Catalog({len(self)} norms: {', '.join(self)})"
 
 
-CATALOG: dict[str, NormSpec] = _Catalog()
+CATALOG: Mapping[str, NormSpec] = Catalog()
 
 
 def catalog_guards(kind: str = "all") -> list[str]:
@@ -91,5 +72,5 @@ def catalog_formulas():
     return out
 
 
-__all__ = ["CATALOG", "NormSpec", "Impl", "BadInput", "catalog_guards", "catalog_formulas", "dyt", "DyT",
+__all__ = ["CATALOG", "Catalog", "NormSpec", "Impl", "BadInput", "catalog_guards", "catalog_formulas", "dyt", "DyT",
            "derf", "Derf"]

@@ -8,7 +8,7 @@ import torch
 
 from .. import variants as _va
 from ._bounds import rms_like, u
-from .spec import BadInput, NormSpec, _param, common_bad, gain, randn
+from .spec import BadInput, NormSpec, set_param, common_bad, gain, randn
 
 
 def _inputs(shape, dtype, g):
@@ -48,5 +48,5 @@ SPECS = (NormSpec(
     shapes=((0, 6), (1, 3), (3, 9), (2, 3, 33), (4, 129)), grads=("x", "weight"), float64_exact=False,
     grad_twin=lambda x, weight, groups, eps: _twin(x, weight, groups, eps),
     bad_inputs=common_bad(("weight",)) + (
-        BadInput("groups not dividing d", _param("groups", 4), ValueError, "not divisible"),),
+        BadInput("groups not dividing d", set_param("groups", 4), ValueError, "not divisible"),),
 ),)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from .. import tolerances as _tol
-from .spec import BadInput, _replace, common_bad, randn
+from .spec import BadInput, replace_input, common_bad, randn
 
 LIB_ULPS = 4
 
@@ -59,8 +59,8 @@ def bound(f, fprime):
 def bad_inputs(scalars=("alpha",)):
     out = list(common_bad(("weight", "bias"), eps=False))
     for name in scalars:
-        out.append(BadInput(f"{name} not 0-d", _replace(name, lambda a: a.reshape(1)), ValueError, "0-d"))
-        out.append(BadInput(f"{name} a float", _replace(name, lambda a: float(a)), TypeError, name))
+        out.append(BadInput(f"{name} not 0-d", replace_input(name, lambda a: a.reshape(1)), ValueError, "0-d"))
+        out.append(BadInput(f"{name} a float", replace_input(name, lambda a: float(a)), TypeError, name))
     return tuple(out)
 
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from .. import variants as _va
 from ._bounds import rms_like
-from .spec import BadInput, NormSpec, _param, common_bad, gain, randn
+from .spec import BadInput, NormSpec, set_param, common_bad, gain, randn
 
 
 def _inputs(shape, dtype, g):
@@ -33,6 +33,6 @@ SPECS = (NormSpec(
     formulas=("prms.forward", "prms.mean_square"), conventions=("reference", "eps inside"),
     shapes=((0, 8), (1, 2), (3, 7), (2, 3, 33), (4, 129)), grads=("x", "weight"),
     bad_inputs=common_bad(("weight",))[:-2] + (
-        BadInput("p of zero", _param("p", 0.0), ValueError, r"\(0, 1\]"),
-        BadInput("p keeping no feature", _param("p", 1e-9), ValueError, "at least one")),
+        BadInput("p of zero", set_param("p", 0.0), ValueError, r"\(0, 1\]"),
+        BadInput("p keeping no feature", set_param("p", 1e-9), ValueError, "at least one")),
 ),)

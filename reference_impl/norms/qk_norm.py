@@ -14,7 +14,7 @@ import torch
 from .. import conventions as _cv
 from .. import tolerances as _tol
 from .. import variants as _va
-from .spec import BadInput, Impl, NormSpec, _param, _replace, gain, randn
+from .spec import BadInput, Impl, NormSpec, set_param, replace_input, gain, randn
 
 HEAD_DIM = 3
 
@@ -83,12 +83,12 @@ def _fused_bound(inputs, params):
 
 def _bad():
     return (
-        BadInput("q not a tensor", _replace("q", lambda q: q.tolist()), TypeError, "torch.Tensor"),
-        BadInput("integer k", _replace("k", lambda k: k.to(torch.int32)), TypeError, "dtype"),
-        BadInput("q width not a multiple of head_dim", _replace("q", lambda q: q[..., :-1]), ValueError, "multiple of head_dim"),
-        BadInput("unknown placement", _param("placement", "diagonal"), ValueError, "placement"),
-        BadInput("head_dim of zero", _param("head_dim", 0), ValueError, "head_dim"),
-        BadInput("negative eps", _param("eps", -1.0), ValueError, "eps"),
+        BadInput("q not a tensor", replace_input("q", lambda q: q.tolist()), TypeError, "torch.Tensor"),
+        BadInput("integer k", replace_input("k", lambda k: k.to(torch.int32)), TypeError, "dtype"),
+        BadInput("q width not a multiple of head_dim", replace_input("q", lambda q: q[..., :-1]), ValueError, "multiple of head_dim"),
+        BadInput("unknown placement", set_param("placement", "diagonal"), ValueError, "placement"),
+        BadInput("head_dim of zero", set_param("head_dim", 0), ValueError, "head_dim"),
+        BadInput("negative eps", set_param("eps", -1.0), ValueError, "eps"),
     )
 
 

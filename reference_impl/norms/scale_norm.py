@@ -9,7 +9,7 @@ import torch
 
 from .. import variants as _va
 from ._bounds import rms_like
-from .spec import BadInput, NormSpec, _replace, common_bad, randn
+from .spec import BadInput, NormSpec, replace_input, common_bad, randn
 
 
 def _inputs(shape, dtype, g):
@@ -31,6 +31,6 @@ SPECS = (NormSpec(
     reference=lambda x, g, eps: _va.scale_norm(x, g, eps), oracle=_oracle, bound=_bound, make_inputs=_inputs,
     params={"eps": 1e-2}, grads=("x", "g"),
     bad_inputs=common_bad(())[:4] + (
-        BadInput("g with two values", _replace("g", lambda g: torch.cat([g, g])), ValueError, "exactly one"),
+        BadInput("g with two values", replace_input("g", lambda g: torch.cat([g, g])), ValueError, "exactly one"),
         BadInput("negative eps", lambda i, p: (i, {**p, "eps": -1.0}), ValueError, "eps")),
 ),)

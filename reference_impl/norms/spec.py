@@ -109,13 +109,17 @@ def outputs64(v):
     return tuple(np.asarray(a, dtype=np.float64) for a in as_tuple(v))
 
 
-def _replace(name, value):
+def replace_input(name, value):
+    """A bad input for :class:`BadInput`: the sample with input ``name`` replaced by ``value(old)`` (or by
+    ``value`` itself when it is not callable), e.g. ``replace_input("x", lambda x: x.to(torch.int32))``."""
     def change(inputs, params):
         return {**inputs, name: value(inputs[name]) if callable(value) else value}, params
     return change
 
 
-def _param(name, value):
+def set_param(name, value):
+    """A bad input for :class:`BadInput`: the sample with keyword parameter ``name`` set to ``value``, e.g.
+    ``set_param("eps", -1.0)``."""
     def change(inputs, params):
         return inputs, {**params, name: value}
     return change
@@ -124,15 +128,15 @@ def _param(name, value):
 def common_bad(gains=("weight",), eps=True) -> tuple:
     """The bad calls every norm over the last dimension must reject, with the words its error uses."""
     out = [
-        BadInput("x not a tensor", _replace("x", lambda x: x.tolist()), TypeError, "torch.Tensor"),
-        BadInput("integer x", _replace("x", lambda x: x.to(torch.int32)), TypeError, "dtype"),
-        BadInput("0-d x", _replace("x", lambda x: torch.tensor(1.0, dtype=x.dtype)), ValueError, "0-d"),
-        BadInput("empty last dimension", _replace("x", lambda x: x[..., :0]), ValueError, "empty last dimension"),
+        BadInput("x not a tensor", replace_input("x", lambda x: x.tolist()), TypeError, "torch.Tensor"),
+        BadInput("integer x", replace_input("x", lambda x: x.to(torch.int32)), TypeError, "dtype"),
+        BadInput("0-d x", replace_input("x", lambda x: torch.tensor(1.0, dtype=x.dtype)), ValueError, "0-d"),
+        BadInput("empty last dimension", replace_input("x", lambda x: x[..., :0]), ValueError, "empty last dimension"),
     ]
     for name in gains:
-        out.append(BadInput(f"{name} of the wrong length", _replace(name, lambda w: torch.cat([w, w[:1]])),
+        out.append(BadInput(f"{name} of the wrong length", replace_input(name, lambda w: torch.cat([w, w[:1]])),
                             ValueError, "shape"))
     if eps:
-        out.append(BadInput("negative eps", _param("eps", -1.0), ValueError, "eps"))
-        out.append(BadInput("NaN eps", _param("eps", float("nan")), ValueError, "eps"))
+        out.append(BadInput("negative eps", set_param("eps", -1.0), ValueError, "eps"))
+        out.append(BadInput("NaN eps", set_param("eps", float("nan")), ValueError, "eps"))
     return tuple(out)

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .placements import VARIANTS, lr_key
 
 PLOT_WIDTH_IN = 4.8      # at 360 px on screen an 11 pt label is 360 / (4.8 * 72) * 11 = 11.5 px tall
 FONT_PT = 12
@@ -61,7 +60,7 @@ def plots(res: dict, out_dir: Path) -> list[str]:
 
     for suffix, fg in THEME_TEXT.items():
         pl = res["placements"]
-        keys = [k for k in VARIANTS if k in pl]
+        keys = [k for k, e in pl.items() if not e["qk_norm"]]  # the study's order, without QK-norm
         fig, ax = figure(4.2)
         for j, qk in enumerate(("", "+qk")):
             for i, k in enumerate(keys):
@@ -69,7 +68,7 @@ def plots(res: dict, out_dir: Path) -> list[str]:
                 ax.scatter([v for v in vals], [i + (0.18 if qk else -0.18)] * len(vals), s=18,
                            color=PALETTE[1] if qk else PALETTE[0], label=(("with" if qk else "without") + " QK-norm")
                            if i == 0 else None, zorder=3)
-        ax.set_yticks(range(len(keys)), [VARIANTS[k][2].replace(" (OLMo 2)", "") for k in keys])
+        ax.set_yticks(range(len(keys)), [pl[k]["label"].replace(" (OLMo 2)", "") for k in keys])
         ax.invert_yaxis()
         ax.set_xlabel("validation loss (nats/byte), each dot a seed")
         ax.legend(loc="upper right")
@@ -81,8 +80,9 @@ def plots(res: dict, out_dir: Path) -> list[str]:
             fig, ax = figure(3.4)
             for side, color in (("no_qk_norm", PALETTE[0]), ("qk_norm", PALETTE[1])):
                 e = sw["sides"][side]
-                lrs = [e["by_lr"][lr_key(lr)]["lr"] for lr in sw["lrs"]]
-                st_ = [e["by_lr"][lr_key(lr)][what] for lr in sw["lrs"]]
+                by_lr = sorted(e["by_lr"].values(), key=lambda s: s["lr"])
+                lrs = [s["lr"] for s in by_lr]
+                st_ = [s[what] for s in by_lr]
                 ok = [i for i, s in enumerate(st_) if s["n_finite"]]
                 ax.plot([lrs[i] for i in ok], [st_[i]["mean"] for i in ok], color=color, label=e["label"], marker="o", ms=4)
                 ax.fill_between([lrs[i] for i in ok], [st_[i]["min"] for i in ok], [st_[i]["max"] for i in ok],

@@ -9,11 +9,13 @@ fullgraph=True against eager, and the bad calls it must reject with a clear erro
 from __future__ import annotations
 
 import math
+import re
 import zlib
 
 import numpy as np
 import pytest
 import torch
+from torch.autograd.gradcheck import GradcheckError
 
 from reference_impl import families as fam
 from reference_impl import tolerances as tol
@@ -88,14 +90,72 @@ def test_gradcheck_and_gradgradcheck(name):
     math_fn = spec.reference if spec.float64_exact else spec.grad_twin
     assert math_fn is not None, f"{name} computes in float32 for float64 input but declares no float64 twin"
     fn, args = _as_fn(math_fn, spec, inputs)
-    assert torch.autograd.gradcheck(fn, args)
+    names = [k for k in inputs if k in spec.grads]
+    assert _named_check(torch.autograd.gradcheck, fn, args, names)
     if spec.once_differentiable:
         with pytest.raises(RuntimeError):
             torch.autograd.gradgradcheck(*_as_fn(spec.reference, spec, inputs))
         return
-    assert torch.autograd.gradgradcheck(fn, args)
+    assert _named_check(torch.autograd.gradgradcheck, fn, args, names)
     if not spec.float64_exact:
         _compare_with_twin(spec, inputs)
+
+
+def _named_check(check, fn, args, names):
+    """gradcheck / gradgradcheck whose failure names the input ("with respect to input 1 (weight)")."""
+    try:
+        return check(fn, args)
+    except GradcheckError as exc:
+        text = re.sub(r"input (\d+)", lambda m: f"input {m.group(1)} ({names[int(m.group(1))]})"
+                      if int(m.group(1)) < len(names) else m.group(0), str(exc))
+        raise AssertionError(f"{check.__name__} of {', '.join(names)}: {text}") from None
+
+
+def undeclared_gradients(spec) -> list[str]:
+    """Floating inputs of a sample that ``grads`` leaves out, and ``grads`` entries that are no input: a
+    left-out input's gradient is never checked (a wrong weight gradient would pass every test)."""
+    inputs = spec.sample(_grad_shape(spec), torch.float64)
+    floating = [k for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    return [f"{k}: a floating input missing from grads" for k in floating if k not in spec.grads] + \
+           [f"{k}: in grads but not an input" for k in spec.grads if k not in inputs]
+
+
+@pytest.mark.guards(*catalog_guards())
+@pytest.mark.parametrize("name", NAMES)
+def test_grads_lists_every_floating_input(name):
+    problems = undeclared_gradients(CATALOG[name])
+    assert not problems, f"{name}: {problems} (declare every input with a gradient in grads)"
+
+
+def test_the_generic_checks_catch_an_undeclared_and_a_wrong_weight_gradient():
+    """A new entry whose weight gradient is wrong: declaring grads=("x",) is refused, and declaring the
+    weight makes gradcheck fail with a message that names it."""
+    import dataclasses
+
+    class WrongWeightGrad(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, weight):
+            ctx.save_for_backward(x, weight)
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+
+        @staticmethod
+        def backward(ctx, dy):
+            x, weight = ctx.saved_tensors
+            with torch.enable_grad():
+                xx = x.detach().requires_grad_()
+                y = xx * torch.rsqrt(xx.pow(2).mean(-1, keepdim=True) + 1e-6)
+                (dx,) = torch.autograd.grad(y, xx, dy * weight)
+            return dx, (dy * y.detach()).sum(0) * 2  # twice the true weight gradient
+
+    base = CATALOG["rms_norm"]
+    spec = dataclasses.replace(base, name="wrong_weight", params={},
+                               reference=lambda x, weight: WrongWeightGrad.apply(x, weight), grads=("x",))
+    assert undeclared_gradients(spec) == ["weight: a floating input missing from grads"]
+    spec = dataclasses.replace(spec, grads=("x", "weight"))
+    inputs = _grad_inputs(spec)
+    fn, args = _as_fn(spec.reference, spec, inputs)
+    with pytest.raises(AssertionError, match=r"with respect to input 1 \(weight\)"):
+        _named_check(torch.autograd.gradcheck, fn, args, [k for k in inputs if k in spec.grads])
 
 
 def _derivatives(fn, args, seed=5):
