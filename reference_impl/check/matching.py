@@ -153,8 +153,8 @@ ORDERS = {
     "olmo2": "applies the gain in float32, then rounds once: OLMo 2's order",
     "torch": "computes in float32 with the gain in float32, then rounds once: torch.nn.RMSNorm's order",
     "reference": "computes in float32 (float64 for float64 input) with the gain in it, then rounds once",
-    "neox": "torch.nn.LayerNorm's kernel (float32 statistics, one rounding)",
-    "cohere": "two-pass float32 statistics with the gain in float32, then one rounding: Cohere's order",
+    "neox": "computes as torch.nn.LayerNorm's kernel does (float32 statistics, one rounding)",
+    "cohere": "computes two-pass float32 statistics, applies the gain in float32, then rounds once: Cohere's order",
     "l2_norm": "divides by the Euclidean length, max(||x||, eps): nGPT's L2 normalization",
     "llama4_l2_norm": "divides by the RMS in float32 without a gain: Llama 4's L2Norm",
 }
@@ -323,14 +323,15 @@ def match(run: Callable[[Probe], torch.Tensor], probes, kind: str, prefer=None) 
             for c in cands:
                 try:
                     want = runners[c.name](p)
-                except NotApplicable:
+                except (NotApplicable, TypeError, ValueError):  # a reference that refuses this input
                     continue
                 d = distance(got, want)
                 per[c.name].append(d)
                 grp[c.name] = max(grp.get(c.name, 0), d)
     max_ulp = {n: max(v) for n, v in per.items() if v}
     equal = [n for n in max_ulp if max_ulp[n] == 0]
-    closest = min(max_ulp, key=lambda n: max_ulp[n]) if max_ulp else None
+    # closest: equal on the most probes, then the smallest largest distance
+    closest = min(max_ulp, key=lambda n: (-sum(d == 0 for d in per[n]), max_ulp[n])) if max_ulp else None
     by_dtype = {dn: [n for n in max_ulp if n in grp and grp[n] == 0] for dn, grp in groups.items()}
     by_name = {c.name: c for c in cands}
     if equal:
@@ -338,8 +339,10 @@ def match(run: Callable[[Probe], torch.Tensor], probes, kind: str, prefer=None) 
         if len(equal) > 1:
             desc += f" (on these inputs also equal to {', '.join(equal[1:])})"
     elif closest is not None:
+        hits = sum(d == 0 for d in per[closest])
         desc = (f"equals no catalog convention on every input; the closest is {closest} "
-                f"({by_name[closest].describe()}), up to {max_ulp[closest]} ulp away")
+                f"({by_name[closest].describe()}): equal on {hits} of {len(per[closest])} inputs, "
+                f"up to {max_ulp[closest]} ulp away")
         partial = [(dn, names[0]) for dn, names in by_dtype.items() if names]
         if partial:
             desc += "; bit for bit " + ", ".join(f"{n} in {dn}" for dn, n in partial)

@@ -1,0 +1,428 @@
+"""Check a norm function or module against a model by name: :func:`check_norm`, :func:`diagnose`, and the
+pieces the pytest plugin and the conformance study share (:func:`plan`, :func:`run_case`, :func:`compare`).
+
+Calling protocol of the function under test (``fn``), by kind of norm:
+
+- RMSNorm (also QK-norm: x is ``(..., heads, head_dim)``): ``fn(x, weight, eps) -> y``;
+- LayerNorm: ``fn(x, weight, bias, eps) -> y``;
+- L2 norm (no gain): ``fn(x, eps) -> y``;
+- fused residual add + RMSNorm (``residual=True``): ``fn(x, residual, weight, eps) -> (y, new_residual)``,
+  where ``new_residual`` must equal ``x + residual`` rounded to x's dtype, bit for bit, and ``y`` the norm
+  of it.
+
+``x`` is ``(..., d)`` (2-d, 3-d, or a strided view), ``weight`` ``(d,)`` is the weight as the model class
+stores it (the gain ``w``, or Gemma's offset from one, whose gain is ``1 + w``), in bfloat16 or float32;
+``y`` must have x's shape and the dtype the model's module returns. An ``nn.Module`` is called as
+``module(x)`` (``module(x, residual)``) after its ``weight``/``bias`` are replaced by the probe's and its
+``eps``/``variance_epsilon``/``epsilon`` attribute set to the model's eps.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import traceback
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from . import matching as M
+from .models import HF_EXTRA, Target, hf_module, resolve
+from .report import CaseResult, NormCheckFailed, Report
+
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+WIDTHS = (33, 64, 127)
+SCALES = (1e-4, 1.0, 300.0)
+_EPS_ATTRS = ("eps", "variance_epsilon", "epsilon")
+_BITS = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23, torch.float64: 52}
+
+
+@dataclass
+class Case:
+    """One input of a check: the probe, its layout ("contiguous", "strided", "3-d") and an id for pytest."""
+
+    probe: M.Probe
+    layout: str
+    id: str
+
+    def __str__(self) -> str:
+        return self.id
+
+
+def _dtype(v) -> torch.dtype:
+    if isinstance(v, torch.dtype):
+        return v
+    names = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
+             "half": torch.float16, "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
+             "fp64": torch.float64, "float64": torch.float64}
+    if v not in names:
+        raise ValueError(f"unknown dtype {v!r}; use a torch dtype or one of {', '.join(names)}")
+    return names[v]
+
+
+def plan(target: Target, dtypes=DTYPES, weight_dtypes=None, widths=WIDTHS, scales=SCALES, residual=False,
+         device="cpu", seed=0) -> list[Case]:
+    """Every input of a check: each x dtype with each gain dtype (default: x's own half dtype, as a
+    checkpoint stores it, and float32), odd and even widths, each scale; plus, per dtype pair, x as a strided
+    view and as a 3-d ``(2, 2, d)`` tensor (a QK-norm's ``(tokens, heads, head_dim)``)."""
+    cases = []
+    bias = target.bias
+    for dt in map(_dtype, dtypes):
+        wdts = [_dtype(w) for w in weight_dtypes] if weight_dtypes is not None else \
+            ([dt, torch.float32] if dt in (torch.float16, torch.bfloat16) else [dt])
+        for wdt in wdts:
+            probes = M.make_probes(widths, [dt], [wdt], gain=target.gain, bias=bias, eps=target.eps, scales=scales,
+                                   seed=seed, residual=residual)
+            probes += M.make_probes(widths[:1], [dt], [wdt], gain=target.gain, bias=bias, eps=target.eps,
+                                    scales=(1.0,), seed=seed + 1, residual=residual, noncontiguous=True)
+            three = M.make_probes(widths[-1:], [dt], [wdt], gain=target.gain, bias=bias, eps=target.eps,
+                                  scales=(1.0,), seed=seed + 2, residual=residual)
+            for p in three:
+                p.x = p.x.reshape(2, 2, -1)
+                p.residual = None if p.residual is None else p.residual.reshape(2, 2, -1)
+                p.label = p.label.replace("(4,", "(2, 2,")
+            for p in probes + three:
+                if device != "cpu":
+                    p.x = p.x.to(device)
+                    p.weight = None if p.weight is None else p.weight.to(device)
+                    p.bias = None if p.bias is None else p.bias.to(device)
+                    p.residual = None if p.residual is None else p.residual.to(device)
+                layout = "strided" if not p.x.is_contiguous() else ("3-d" if p.x.dim() == 3 else "contiguous")
+                wname = "none" if p.weight is None else M.dtype_name(p.weight.dtype)
+                cid = f"{M.dtype_name(dt)}-w{wname}-{'x'.join(map(str, p.x.shape))}-s{p.scale:g}" + \
+                    ("-strided" if layout == "strided" else "")
+                cases.append(Case(p, layout, cid))
+    return cases
+
+
+# ------------------------------------------------------------------------------------------ calling
+
+def _fn_name(fn) -> str:
+    if isinstance(fn, torch.nn.Module):
+        return type(fn).__name__
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
+
+
+def call(fn, p: M.Probe, target: Target, residual=False, x=None, weight=None):
+    """Call ``fn`` on a probe by the protocol of the module docstring (``x``/``weight`` replace the probe's,
+    e.g. by tensors that require grad)."""
+    x = p.x if x is None else x
+    w = p.weight if weight is None else weight
+    if isinstance(fn, torch.nn.Module):
+        m = copy.deepcopy(fn)
+        for name, t in (("weight", w), ("bias", p.bias)):
+            if t is not None:
+                if getattr(m, name, None) is None:
+                    raise TypeError(f"the module {type(fn).__name__} has no {name!r}, but {target.name}'s norm has one")
+                setattr(m, name, torch.nn.Parameter(t, requires_grad=t.requires_grad))
+        for attr in _EPS_ATTRS:
+            if isinstance(getattr(m, attr, None), float):
+                setattr(m, attr, p.eps)
+        return m(x, p.residual) if residual else m(x)
+    if residual:
+        return fn(x, p.residual, w, p.eps)
+    if target.kind == "layer":
+        return fn(x, w, p.bias, p.eps)
+    if target.kind == "l2":
+        return fn(x, p.eps)
+    return fn(x, w, p.eps)
+
+
+def truth(target: Target, p: M.Probe, residual=False, use_hf=True):
+    """The model's output on a probe: its own module from transformers when it can be built, else the
+    catalog's replay of its casting order (tested bit-identical to the modules). Returns (y, s, what)."""
+    from .matching import _runner, candidate_list
+
+    s = None
+    x = p.x
+    if residual:
+        s = x + p.residual  # the decoder layer's "hidden_states = residual + hidden_states", in x's dtype
+        x = s
+    if use_hf:
+        m = hf_module(target, x.shape[-1], p.weight, p.bias)
+        if m is not None:
+            with torch.no_grad():
+                return m.to(x.device)(x), s, f"{target.norm_class} from the installed transformers"
+    cand = next(c for c in candidate_list(target.kind) if c.name == target.candidate)
+    q = M.Probe(x, p.weight, p.bias, p.eps, p.label, p.gain, None, p.scale)
+    with torch.no_grad():
+        return _runner(cand, target.kind)(q), s, f"the catalog's {target.candidate} (a replay of the module's order)"
+
+
+# ------------------------------------------------------------------------------------------ measuring
+
+def ulp(v: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+    """The spacing of ``dtype`` at |v| (float64 array), with the subnormal floor."""
+    a = np.maximum(np.abs(v), torch.finfo(dtype).tiny)
+    return np.exp2(np.floor(np.log2(a)) - _BITS[dtype])
+
+
+def _spec_params(target: Target) -> tuple:
+    from ..norms import CATALOG
+
+    spec = CATALOG[target.entry]
+    params = {**spec.params, "eps": target.eps}
+    if "eps_placement" in params:
+        params["eps_placement"] = target.placement
+    return spec, params
+
+
+def oracle_and_bound(target: Target, x, weight, bias):
+    """The float64 output of the target's math and the derived bound per element (tolerances.py)."""
+    spec, params = _spec_params(target)
+    ins = {"x": x}
+    if target.kind in ("rms", "layer"):
+        ins["weight"] = weight
+    if target.kind == "layer":
+        ins["bias"] = bias
+    ins = {k: (None if v is None else v.detach().cpu()) for k, v in ins.items()}
+    exact = spec.oracle(**{k: (None if v is None else v.double().numpy()) for k, v in ins.items()}, **params)
+    bound = spec.bound(ins, params)
+    return np.asarray(exact, np.float64), np.asarray(bound, np.float64)
+
+
+def compare(got: torch.Tensor, ref: torch.Tensor, exact: np.ndarray | None = None, bound=None) -> dict:
+    """Bits of ``got`` against ``ref`` and its error against the float64 ``exact``, in ulps of the output
+    dtype: ``identical``, ``fraction_different``, ``max_ulp``, ``max_ulp_vs_oracle`` (and with ``bound``:
+    ``bound_ulp``, the bound in the same ulps at the worst element's neighbourhood, and ``within_bound``).
+    When the dtypes differ ``got`` is rounded to ``ref``'s dtype and ``note`` says so (the conformance
+    study's rule)."""
+    if got.shape != ref.shape:
+        raise ValueError(f"shape {tuple(got.shape)} differs from the reference's {tuple(ref.shape)}")
+    out = {}
+    if got.dtype != ref.dtype:
+        out["note"] = f"returned {str(got.dtype).replace('torch.', '')}, rounded to {str(ref.dtype).replace('torch.', '')}"
+        got = got.to(ref.dtype)
+    got, ref = got.detach().cpu(), ref.detach().cpu()
+    dist = M.ulp_distance(got, ref)
+    res = {"identical": bool(torch.equal(got, ref) or bool((dist == 0).all())),
+           "fraction_different": float((dist > 0).double().mean()) if dist.numel() else 0.0,
+           "max_ulp": int(dist.max()) if dist.numel() else 0}
+    if exact is not None:
+        sp = ulp(exact, ref.dtype)
+        err = np.abs(got.double().numpy() - exact) / sp
+        res["max_ulp_vs_oracle"] = float(err.max()) if err.size else 0.0
+        if bound is not None:
+            res["bound_ulp"] = float((bound / sp).max()) if err.size else 0.0
+            with np.errstate(invalid="ignore"):
+                res["within_bound"] = bool(np.all(np.abs(got.double().numpy() - exact) <= bound))
+    res.update(out)
+    return res
+
+
+class _BackwardError(Exception):
+    """The function's own backward raised."""
+
+
+def _grads(fn, target: Target, p: M.Probe, residual: bool) -> tuple[float | None, str | None]:
+    """The largest gradient error over its bound (dx and the weight's gradient), against float64."""
+    from .. import oracle as O
+    from .. import tolerances as T
+
+    if residual or target.kind == "l2":
+        return None, "gradients are checked for RMSNorm and LayerNorm only"
+    x = p.x.detach().clone().requires_grad_(True)
+    w = None if p.weight is None else p.weight.detach().clone().requires_grad_(True)
+    y = call(fn, p, target, residual, x=x, weight=w)
+    if not isinstance(y, torch.Tensor) or not y.requires_grad:
+        return None, "not differentiable (the output does not require grad)"
+    g = torch.Generator().manual_seed(11)
+    dy = torch.randn(y.shape, generator=g, dtype=torch.float64).to(y.dtype).to(y.device)
+    want = [x] + ([w] if w is not None else [])
+    try:
+        got = torch.autograd.grad(y, want, dy, allow_unused=True)
+    except Exception as exc:  # the function's backward
+        raise _BackwardError(f"{type(exc).__name__}: {exc}") from exc
+    xd, dyd = p.x.detach().cpu().double().numpy(), dy.detach().cpu().double().numpy()
+    if target.kind == "rms":
+        eff = p.effective_gain()
+        dx64, dw64 = O.rms_norm_backward_placed(dyd, xd, None if eff is None else eff.cpu().double().numpy(),
+                                                p.eps, target.placement)
+        bdx, bdw = T.convention_backward_bounds(dy.cpu(), p.x.cpu(), None if p.weight is None else p.weight.cpu(),
+                                                p.eps, target.convention, target.placement, extra_low=2,
+                                                w_low_rows=True)
+    else:
+        b = None if p.bias is None else p.bias.cpu()
+        dx64, dw64, _ = O.layer_norm_backward(dyd, xd, p.weight.cpu().double().numpy(),
+                                              None if b is None else b.double().numpy(), p.eps)
+        bdx, bdw, _ = T.ln_family_backward_bounds(dy.cpu(), p.x.cpu(), p.weight.cpu(), b, p.eps,
+                                                  extra_low=2, w_low_rows=True)
+    worst, missing = 0.0, []
+    for name, t, ref, b in (("dx", got[0], dx64, bdx), ("dweight", got[1] if w is not None else None, dw64, bdw)):
+        if ref is None:
+            continue
+        if t is None:
+            missing.append(name)
+            continue
+        err = np.abs(t.detach().cpu().double().numpy() - ref)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            r = np.where(err == 0, 0.0, err / b)
+        worst = max(worst, float(np.nanmax(r)) if r.size else 0.0, math.inf if np.isnan(r).any() else 0.0)
+    return worst, ("no gradient for " + ", ".join(missing) if missing else None)
+
+
+def run_case(fn, target: Target, case: Case, *, grads=True, bits=True, use_hf=True, residual=False,
+             strict_dtype=True) -> CaseResult:
+    """One case: call ``fn`` twice, compare with the truth (bits) and the float64 oracle (bound), then the
+    gradients. Problems (an exception, a wrong shape or dtype, NaN where the truth is finite, a changed
+    input, two calls that disagree) are recorded in ``problem`` rather than raised."""
+    p = case.probe
+    res = CaseResult(case.id, M.dtype_name(p.x.dtype), "none" if p.weight is None else M.dtype_name(p.weight.dtype),
+                     tuple(p.x.shape), p.scale, case.layout, bits_required=bits)
+    try:
+        ref, ref_s, _ = truth(target, p, residual, use_hf)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        res.not_applicable = f"the model's norm rejects this input ({type(exc).__name__}: {exc})"
+        return res
+    x_before = p.x.clone()
+    try:
+        with torch.no_grad():
+            out = call(fn, p, target, residual)
+            again = call(fn, p, target, residual)
+    except Exception as exc:  # the function's own error, reported with the input that caused it
+        res.problem = f"raised {type(exc).__name__}: {exc}"
+        res.notes.append("".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)))
+        return res
+    if not bool((M.ulp_distance(p.x, x_before) == 0).all()):
+        res.problem = "changed its input x in place"
+        return res
+    if residual:
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            res.problem = f"must return (y, new_residual) with residual=True, got {type(out).__name__}"
+            return res
+        (out, s_out), (again, _) = out, again
+        if not isinstance(s_out, torch.Tensor) or s_out.shape != ref_s.shape or s_out.dtype != ref_s.dtype or \
+                not bool((M.ulp_distance(s_out, ref_s) == 0).all()):
+            res.problem = "new_residual is not x + residual rounded to x's dtype, bit for bit (the residual contract)"
+            return res
+    if not isinstance(out, torch.Tensor):
+        res.problem = f"returned {type(out).__name__}, not a tensor"
+        return res
+    if out.shape != ref.shape:
+        res.problem = f"returned shape {tuple(out.shape)}, expected {tuple(ref.shape)} (x's shape)"
+        return res
+    if out.dtype != ref.dtype:
+        if strict_dtype or out.dtype not in M._INT:
+            res.problem = (f"returned {str(out.dtype).replace('torch.', '')} where the model returns "
+                           f"{str(ref.dtype).replace('torch.', '')}")
+            return res
+        res.notes.append(f"returned {out.dtype}; the truth was rounded to it")
+        ref = ref.to(out.dtype)
+    same = M.ulp_distance(out, again)
+    if bool((same > 0).any()):
+        res.problem = (f"non-deterministic: two calls on the same input differ in {int((same > 0).sum())} of "
+                       f"{same.numel()} elements")
+        return res
+    x_for_bound = ref_s if residual else p.x
+    exact, bound = oracle_and_bound(target, x_for_bound, p.weight, p.bias)
+    bad_nan = (~torch.isfinite(out.detach().cpu())) & torch.from_numpy(np.isfinite(exact)) & \
+        torch.isfinite(ref.detach().cpu())
+    if bool(bad_nan.any()):
+        idx = tuple(int(i) for i in bad_nan.nonzero()[0])
+        res.problem = (f"NaN or inf in {int(bad_nan.sum())} elements where the model's output is finite "
+                       f"(first at index {idx})")
+        return res
+    c = compare(out, ref, exact, bound)
+    res.identical, res.fraction_different, res.max_ulp = c["identical"], c["fraction_different"], c["max_ulp"]
+    res.err_ulp, res.bound_ulp, res.within_bound = c["max_ulp_vs_oracle"], c["bound_ulp"], c["within_bound"]
+    if grads:
+        try:
+            res.grad_ratio, res.grad_note = _grads(fn, target, p, residual)
+        except _BackwardError as exc:
+            res.problem = f"backward raised {exc}"
+    return res
+
+
+# ------------------------------------------------------------------------------------------ the API
+
+def _hf_available(target: Target, use_hf) -> tuple[bool, str | None]:
+    if not use_hf or not target.module:
+        return False, None
+    if not target.module.startswith("transformers"):
+        return True, None
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False, f"transformers is not installed: bits are compared with the catalog's replay; {HF_EXTRA}"
+    return True, None
+
+
+def diagnose(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weight_dtypes=None, widths=WIDTHS,
+             residual=False, device="cpu"):
+    """Which catalog convention (and eps placement) ``fn`` equals bit for bit on the kit's inputs, as a
+    :class:`~reference_impl.check.matching.Match`; ``model``/``convention`` decide the kind, the gain storage
+    and eps, and the model's own convention is preferred when several match."""
+    target = resolve(model, convention, eps)
+    cases = [c for c in plan(target, dtypes, weight_dtypes, widths, residual=residual, device=device)
+             if c.layout == "contiguous"]
+    kind = "fused_add_rms" if residual else target.kind
+    prefer = _prefer(target, residual)
+    return M.match(lambda p: call(fn, p, target, residual), [c.probe for c in cases], kind, prefer=prefer)
+
+
+def check_norm(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weight_dtypes=None, device="cpu",
+               grads=True, bits=True, residual=False, widths=WIDTHS, use_hf=True, strict_dtype=True,
+               raise_on_failure=True) -> Report:
+    """Check ``fn`` (a function or an ``nn.Module``, called as the module docstring says) against a model's
+    norm, and return a :class:`~reference_impl.check.report.Report`; raise
+    :class:`~reference_impl.check.report.NormCheckFailed` (an AssertionError) with the table and a diagnosis
+    when a case fails.
+
+    ``model``: a transformers model type ("gemma3_text", "qwen3") or family name; its convention, eps and
+    gain storage come from the census index (or the catalog's families). ``convention``: a catalog entry
+    ("rms_norm.gemma") or casting order, overriding the model's. ``eps``: overrides the model's eps.
+    ``dtypes``: x dtypes; ``weight_dtypes``: gain dtypes (default per x dtype: its own half dtype and
+    float32). ``bits``: require bit-identity with the model's module (else only the float64 bound).
+    ``grads``: compare autograd gradients with float64 within the derived bound. ``residual``: ``fn`` is a
+    fused residual add + norm. ``strict_dtype``: a result in another dtype than the module's fails.
+    """
+    target = resolve(model, convention, eps)
+    if not callable(fn):
+        raise TypeError(f"fn must be a function or an nn.Module, got {type(fn).__name__}")
+    hf, note = _hf_available(target, use_hf)
+    cases = plan(target, dtypes, weight_dtypes, widths, residual=residual, device=device)
+    results = [run_case(fn, target, c, grads=grads, bits=bits, use_hf=hf, residual=residual,
+                        strict_dtype=strict_dtype) for c in cases]
+    _, _, what = truth(target, cases[0].probe, residual, hf)
+    report = Report(_fn_name(fn), target, what, results)
+    if note:
+        report.notes.append(note)
+    if not target.source.startswith("the census"):
+        report.notes.append(f"{target.name}: facts from {target.source}")
+    broken = {r.case for r in results if r.problem and (r.problem.startswith(("raised", "returned", "must return"))
+                                                         or "residual" in r.problem)}
+    usable = [c.probe for c in cases if c.layout == "contiguous" and c.id not in broken]
+    if usable and len(broken) < len(cases):
+        kind = "fused_add_rms" if residual else target.kind
+        prefer = _prefer(target, residual)
+        try:
+            report.match = M.match(lambda p: call(fn, p, target, residual), usable, kind, prefer=prefer)
+        except Exception as exc:
+            report.notes.append(f"no diagnosis: the function raised {type(exc).__name__} on an input: {exc}")
+    report.diagnosis = _diagnosis(report, target, residual)
+    grad_notes = sorted({r.grad_note for r in results if r.grad_note})
+    report.notes += [f"gradients: {n}" for n in grad_notes]
+    if raise_on_failure and not report.ok:
+        raise NormCheckFailed(report)
+    return report
+
+
+def _prefer(target: Target, residual: bool) -> list[str]:
+    """The model's own convention first, then its other eps placement (so a tie names the family)."""
+    if residual:
+        return [f"fused_add_rms_norm.{target.convention}"]
+    names = [target.candidate]
+    if target.kind == "rms":
+        names += [c.name for c in M.candidate_list("rms") if c.convention == target.convention and not c.folded]
+    return names
+
+
+def _diagnosis(report: Report, target: Target, residual: bool) -> str:
+    m = report.match
+    if m is None:
+        return ""
+    expected = M.Candidate(target.candidate, target.entry, target.convention, target.placement).describe()
+    want = f"fused_add_rms_norm.{target.convention}" if residual else target.candidate
+    if m.matched == want or want in m.all_matched:
+        return f"the function equals {want} bit for bit: it {expected}, as {target.name} does"
+    return f"the function {m.description}; {target.name} {expected} ({want})"
