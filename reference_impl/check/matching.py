@@ -311,7 +311,9 @@ def match(run: Callable[[Probe], torch.Tensor], probes, kind: str, prefer=None) 
     """
     cands = candidate_list(kind)
     if prefer:
-        rank = {n: i for i, n in enumerate(prefer)}
+        rank = {}
+        for n in prefer:
+            rank.setdefault(n, len(rank))
         cands.sort(key=lambda c: rank.get(c.name, len(rank)))
     runners = {c.name: _runner(c, kind) for c in cands}
     per = {c.name: [] for c in cands}

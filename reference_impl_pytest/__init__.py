@@ -1,4 +1,8 @@
-"""The kit's pytest plugin (entry point ``pytest11``; or ``-p reference_impl.check.pytest_plugin``).
+"""The pytest plugin of :mod:`reference_impl.check` (entry point ``pytest11``; or ``-p reference_impl_pytest``).
+
+It lives outside the ``reference_impl`` package so that loading it, which pytest does on every run once the
+package is installed, imports neither torch nor the package: they are imported when an option or marker
+below is used.
 
 - ``pytest --norm-impl pkg.mod:fn --norm-model qwen3`` adds one test per case of the check (named by
   dtype, gain dtype, shape and scale) and one ``diagnosis`` test that names the convention ``fn`` equals;
@@ -48,7 +52,7 @@ def pytest_generate_tests(metafunc):
     if mark is None:
         raise pytest.UsageError(f"{metafunc.definition.nodeid} takes norm_case: mark it "
                                 f"@pytest.mark.norm_model('<model type>')")
-    from . import norm_cases
+    from reference_impl.check import norm_cases
 
     model = mark.args[0] if mark.args else mark.kwargs.pop("model", None)
     cases = norm_cases(model, **{k: v for k, v in mark.kwargs.items() if k != "model"})
@@ -58,7 +62,7 @@ def pytest_generate_tests(metafunc):
 @pytest.fixture
 def norm_check():
     """:func:`reference_impl.check.check_norm`."""
-    from .kit import check_norm
+    from reference_impl.check.kit import check_norm
 
     return check_norm
 
@@ -71,12 +75,12 @@ class NormCaseItem(pytest.Item):
         self.fn, self.case, self.grads = fn, case, grads
 
     def runtest(self):
-        from . import check_case
+        from reference_impl.check import check_case
 
         check_case(self.fn, self.case, grads=self.grads)
 
     def repr_failure(self, excinfo, style=None):
-        from .report import NormCheckFailed
+        from reference_impl.check.report import NormCheckFailed
 
         if isinstance(excinfo.value, NormCheckFailed):
             return str(excinfo.value)
@@ -94,8 +98,8 @@ class NormDiagnosisItem(pytest.Item):
         self.fn, self.model, self.options = fn, model, options
 
     def runtest(self):
-        from .kit import _prefer, diagnose
-        from .models import resolve
+        from reference_impl.check.kit import _prefer, diagnose
+        from reference_impl.check.models import resolve
 
         opts = dict(self.options)
         target = resolve(self.model, opts.pop("convention"), opts.pop("eps"))
@@ -119,8 +123,8 @@ class NormCheckCollector(pytest.Collector):
         self.impl = impl
 
     def collect(self):
-        from . import norm_cases
-        from .cli import load_callable
+        from reference_impl.check import norm_cases
+        from reference_impl.check.cli import load_callable
 
         config = self.config
         model = config.getoption("norm_model")

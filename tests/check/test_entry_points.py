@@ -1,0 +1,96 @@
+"""The kit's two entry points: ``python -m reference_impl.check`` and the pytest plugin."""
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reference_impl.check import cli
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+PLUGIN = "reference_impl_pytest"
+
+
+def _env(extra: Path) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(extra)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def _plugin_args() -> list[str]:
+    """Load the plugin by -p unless an installed reference_impl already registers it by its entry point."""
+    installed = any(e.value == PLUGIN for e in importlib.metadata.entry_points(group="pytest11"))
+    return [] if installed else ["-p", PLUGIN]
+
+
+@pytest.mark.guards("check.cli")
+def test_the_command_prints_the_table_and_exits_non_zero_on_failure(capsys):
+    args = ["--model", "gemma3_text", "--dtypes", "bf16", "--no-grads"]
+    sys.path.insert(0, str(HERE))
+    try:
+        assert cli.main(["user_norms:rounds_before_gain", "--failures"] + args) == 1
+        out = capsys.readouterr().out
+        assert "22 of 22 cases FAIL" in out and "err ulp (bound)" in out and "DIFFER" in out
+        assert "diagnosis: the function rounds before the gain: Llama's order" in out
+        assert cli.main(["user_norms:gemma_rms_norm"] + args) == 0
+        assert "all 22 cases pass" in capsys.readouterr().out
+        assert cli.main(["user_norms:no_such_norm"] + args) == 2
+        assert "user_norms has no attribute 'no_such_norm'" in capsys.readouterr().err
+        assert cli.main(["user_norms.rounds_before_gain"] + args) == 2
+        assert "expected 'module:function'" in capsys.readouterr().err
+        assert cli.main(["user_norms:eps_outside", "--diagnose"] + args) == 0
+        assert "eps outside the root" in capsys.readouterr().out
+    finally:
+        sys.path.remove(str(HERE))
+
+
+@pytest.mark.guards("check.cli")
+def test_python_dash_m_runs_the_command(tmp_path):
+    shutil.copy(HERE / "user_norms.py", tmp_path)
+    p = subprocess.run([sys.executable, "-m", "reference_impl.check", "user_norms:rounds_before_gain", "--model",
+                        "gemma3_text", "--dtypes", "bf16", "--no-grads"], cwd=tmp_path, env=_env(tmp_path),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 1, p.stderr
+    assert "rounds before the gain" in p.stdout and "FAIL" in p.stdout
+
+
+@pytest.mark.guards("check.plugin")
+def test_the_pytest_plugin_expands_into_one_test_per_case(tmp_path):
+    shutil.copy(HERE / "user_norms.py", tmp_path)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_mine.py").write_text(
+        "import pytest\n"
+        "from reference_impl.check import check_case\n"
+        "from user_norms import gemma_rms_norm\n\n\n"
+        "@pytest.mark.norm_model('gemma3_text', dtypes=('bf16',))\n"
+        "def test_my_norm(norm_case):\n"
+        "    check_case(gemma_rms_norm, norm_case, grads=False)\n")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *_plugin_args(),
+                        "--norm-impl", "user_norms:rounds_before_gain", "--norm-model", "gemma3_text",
+                        "--norm-dtypes", "bf16", "--norm-no-grads", "test_mine.py"],
+                       cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    out = p.stdout
+    assert p.returncode == 1, out + p.stderr
+    # 22 marked cases pass; the wrong variant fails its 22 cases and the diagnosis test
+    assert "23 failed, 22 passed" in out, out[-2000:]
+    assert "norm-check[user_norms:rounds_before_gain]::bf16-wbf16-4x33-s1" in out
+    assert "rounds before the gain: Llama's order" in out
+
+
+@pytest.mark.guards("check.plugin")
+def test_the_plugin_does_nothing_without_its_options(tmp_path):
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    (tmp_path / "test_plain.py").write_text(
+        "import sys\n\n\ndef test_plain():\n"
+        "    assert 'torch' not in sys.modules, 'the plugin must not import torch when unused'\n")
+    p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *_plugin_args(),
+                        "-p", "no:hypothesispytest", "test_plain.py"],
+                       cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "1 passed" in p.stdout
