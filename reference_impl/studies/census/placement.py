@@ -1,0 +1,277 @@
+"""Placing a model type: build it tiny, trace it (:mod:`.trace`), and classify its norms by tensor identity.
+
+:func:`place` returns the record the census file keeps per model type (CONTRACT section 2): the first
+decoder layer's norms in call order with their roles, the placement they add up to, the QK-norm kind and
+its order against the rotary embedding, the final norm, extra norms and the config's default eps.
+
+Placement from the roles of the norms on the residual stream's width in the first decoder layer:
+``pre`` (only ``input``), ``output`` (only ``sublayer_output``: OLMo 2's order), ``sandwich`` (``input``
+and ``sublayer_output``), ``post`` (only ``residual_sum``: the original Transformer), ``other`` (anything
+else, described in ``placement_note``).
+"""
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+
+import torch
+
+from .discover import is_norm_name
+from .shrink import shrink
+from .trace import _ATTN, _K, _MLP, _Q, EPS_ATTRS, TOKENS, Trace, _storage, same
+
+
+def _short(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}".replace("\n", " ")[:300]
+
+
+def config_eps(cfg) -> tuple[float | None, str | None]:
+    for target in (getattr(cfg, "text_config", None), cfg):
+        if target is None:
+            continue
+        for attr in EPS_ATTRS:
+            v = getattr(target, attr, None)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return float(v), attr
+    return None, None
+
+
+def _layers(tr: Trace):
+    """(prefix, number of layers) of the called ModuleList of decoder layers (text side preferred)."""
+    called = {c.name for c in tr.calls}
+    best = None
+    for name, mod in tr.model.named_modules():
+        if not isinstance(mod, torch.nn.ModuleList) or len(mod) < 2:
+            continue
+        if f"{name}.0" not in called:
+            continue
+        if not any(isinstance(m, tr.norm_types) for m in mod[0].modules()):
+            continue
+        score = (0 if re.search(r"vision|visual|audio|image|speech|vq|encoder\.", name) else 1, len(mod))
+        if best is None or score > best[0]:
+            best = (score, name, len(mod))
+    if best is None:
+        raise RuntimeError("no called list of decoder layers that holds a norm was found")
+    return best[1], best[2]
+
+
+def _rel(name: str, prefix: str) -> str:
+    return name[len(prefix) + 1:] if name.startswith(prefix + ".") else name
+
+
+def _sublayer_kind(rel: str, cls: str) -> str | None:
+    last = rel.split(".")[0]
+    if _MLP.search(last) or _MLP.search(cls):
+        return "mlp"
+    if _ATTN.search(last) or _ATTN.search(cls):
+        return "attention"
+    return None
+
+
+def classify_layer(tr: Trace, prefix: str, hidden: int, head_dim: int | None, index: int = 0):
+    """The norms of layer ``prefix.index`` in call order, each with its role and sub-layer."""
+    lname = f"{prefix}.{index}"
+    layer = next(c for c in tr.calls if c.name == lname)
+    inside = [c for c in tr.calls if layer.idx < c.idx < (layer.end or 1 << 60) and c.name.startswith(lname + ".")]
+    subs = []
+    for c in inside:
+        rel = _rel(c.name, lname)
+        if "." in rel or isinstance(c.module, tr.norm_types):
+            continue
+        kind = _sublayer_kind(rel, type(c.module).__name__)
+        if kind:
+            subs.append((c, kind))
+    linears = [c for c in inside if isinstance(c.module, torch.nn.Linear) and c.y is not None]
+    adds = [(i, ops, out) for i, ops, out in tr.adds if layer.idx < i < (layer.end or 1 << 60)]
+    rope = [(i, outs) for i, outs in tr.rope if layer.idx < i < (layer.end or 1 << 60)]
+    rows = []
+    for c in inside:
+        if not isinstance(c.module, tr.norm_types) or c.x is None:
+            continue
+        rel = _rel(c.name, lname)
+        role, sub, note = _role(c, layer, subs, linears, adds, hidden, head_dim, rel, rope)
+        rows.append({"module": rel, "class": type(c.module).__name__, "role": role, "sublayer": sub,
+                     "note": note, "_idx": c.idx})
+    return rows, layer
+
+
+def _qk_name(name: str) -> str | None:
+    return "q" if _Q.search(name) else "k" if _K.search(name) else None
+
+
+def _role(c, layer, subs, linears, adds, hidden, head_dim, rel, rope=()):
+    x, y = c.x, c.y
+    width = x.shape[-1]
+    owner = next((k for s, k in subs if s.idx < c.idx < (s.end or 0)), None)
+    if owner == "attention" and not same(x, layer.x):
+        # a query or key: the storage of a projection's output, or a rotary output, by identity
+        proj = next((p for p in reversed(linears) if p.idx < c.idx and _storage(p.y) == _storage(x)), None)
+        which = None
+        for _, outs in rope:
+            for i, o in enumerate(outs[:2]):
+                if isinstance(o, torch.Tensor) and _storage(o) == _storage(x):
+                    which = "qk"[i]
+        pname = proj.name.split(".")[-1] if proj is not None else None
+        if which is None and pname is not None:
+            which = _qk_name(pname)
+            if pname and re.search(r"kv_a|q_a|lora|latent|compress|wkv_a|wq_a", pname):
+                return "latent", "attention", f"on the output of {pname}"
+        if which is None and proj is None:
+            which = _qk_name(rel.split(".")[-1])
+        if which and head_dim and width == head_dim:
+            return f"{which}_per_head", "attention", None
+        if which and head_dim and width % head_dim == 0:
+            return f"{which}_whole", "attention", None
+        what = f"on the output of {pname}" if pname else "on a tensor made inside the sub-layer"
+        return ("latent" if proj is not None and width != hidden else "other"), "attention", \
+            f"width {width} inside the attention (token-mixing) sub-layer, {what}"
+    if owner is not None:
+        return "other", owner, f"width {width} inside the {owner} sub-layer"
+    if width != hidden:
+        return "other", None, f"width {width}, not the residual stream's {hidden}"
+    if same(x, layer.x):
+        fed = next((k for s, k in subs if s.idx > c.idx and same(s.x, y)), None)
+        return "input", fed, None
+    for s, k in subs:
+        if same(x, s.y):
+            return "sublayer_output", k, None
+    made = next((ops for i, ops, out in reversed(adds) if i < c.idx and same(out, x)), None)
+    if made is not None:
+        fed = next((k for s, k in subs if s.idx > c.idx and same(s.x, y)), None)
+        goes_on = any(i > c.idx and any(same(o, y) for o in ops) for i, ops, _ in adds) or same(layer.y, y)
+        src = next((k for s, k in subs for o in made if same(o, s.y)), None)
+        if fed is not None and not goes_on:
+            return "input", fed, None
+        return "residual_sum", src, None
+    fed = next((k for s, k in subs if s.idx > c.idx and same(s.x, y)), None)
+    if fed is not None:
+        return "input", fed, "its input is neither the layer's input nor a recorded sum"
+    return "other", None, "its input is neither the stream, a sub-layer's output nor a sum"
+
+
+def placement_of(rows) -> tuple[str, str | None]:
+    roles = {r["role"] for r in rows if r["role"] in ("input", "sublayer_output", "residual_sum")}
+    if not rows:
+        return "other", "no norm in the decoder layer"
+    if roles == {"input"}:
+        return "pre", None
+    if roles == {"sublayer_output"}:
+        return "output", None
+    if roles == {"input", "sublayer_output"}:
+        return "sandwich", None
+    if roles == {"residual_sum"}:
+        return "post", None
+    if not roles:
+        return "other", "no norm on the residual stream in the decoder layer"
+    return "other", "norms on " + ", ".join(sorted(roles))
+
+
+def qk_of(rows, trace_rope, layer) -> tuple[str, str | None]:
+    qk = [r for r in rows if r["role"] in ("q_per_head", "k_per_head", "q_whole", "k_whole")]
+    kinds = {"per_head" if r["role"].endswith("per_head") else "whole_projection" for r in qk}
+    if not qk:
+        kind = "none"
+    elif len(kinds) == 1:
+        kind = kinds.pop()
+    else:
+        kind = "other"
+    order = None
+    ropes = [i for i, _ in trace_rope if layer.idx < i < (layer.end or 0)]
+    if qk and ropes:
+        order = "before" if max(r["_idx"] for r in qk) < ropes[0] else "after" \
+            if min(r["_idx"] for r in qk) > ropes[0] else None
+    return kind, order
+
+
+def build(model_type: str):
+    from transformers.models.auto import configuration_auto as ca
+    from transformers.models.auto import modeling_auto as ma
+    import transformers
+
+    cls_name = ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type) or ma.MODEL_MAPPING_NAMES.get(model_type)
+    cfg_cls = ca.CONFIG_MAPPING[model_type]
+    cls = getattr(transformers, cls_name)
+    return cfg_cls, cls
+
+
+def place(model_type: str, norm_types: tuple, class_catalog: dict) -> dict:
+    """The census record of one model type (an ``error`` record when it cannot be built or traced)."""
+    rec = {"model_type": model_type, "config_class": None, "model_class": None, "status": "error", "error": None,
+           "norm_classes": [], "catalog": [], "placement": None, "placement_note": None, "qk_norm": None,
+           "qk_rope": None, "final_norm": None, "extra_norms": [], "eps": None, "eps_attr": None, "layer": [],
+           "source": None}
+    try:
+        cfg_cls, cls = build(model_type)
+        rec["config_class"], rec["model_class"] = cfg_cls.__name__, cls.__name__
+        rec["source"] = sys.modules[cls.__module__].__file__.split("transformers/", 1)[-1]
+        base = cfg_cls()
+        rec["eps"], rec["eps_attr"] = config_eps(base)
+        cfg = shrink(base)
+        torch.manual_seed(0)
+        model = cls(cfg).float().eval()
+        norm_types = tuple(set(norm_types) | {type(m) for m in model.modules() if is_norm_name(type(m).__name__)})
+        text = getattr(cfg, "text_config", None) or cfg
+        vocab = min(int(getattr(text, "vocab_size", 128) or 128), 128)
+        ids = torch.randint(3, max(4, vocab - 1), (1, TOKENS))
+        tr = Trace(model, norm_types).run(rope_owner=sys.modules[cls.__module__], input_ids=ids)
+        prefix, n = _layers(tr)
+        first = tr.model.get_submodule(f"{prefix}.0")
+        hidden = _hidden(tr, prefix)
+        head_dim = getattr(text, "head_dim", None) or (hidden // getattr(text, "num_attention_heads", 1)
+                                                       if getattr(text, "num_attention_heads", None) else None)
+        rows, layer = classify_layer(tr, prefix, hidden, head_dim)
+        others = [classify_layer(tr, prefix, hidden, head_dim, i) for i in range(1, n)]
+        qk_rows, qk_layer = rows, layer
+        if not any(r["role"].startswith(("q_", "k_")) for r in rows):
+            qk_rows, qk_layer = next(((rs, ly) for rs, ly in others if any(r["role"].startswith(("q_", "k_"))
+                                                                           for r in rs)), (rows, layer))
+        last = next(c for c in tr.calls if c.name == f"{prefix}.{n - 1}")
+        extra = []
+        final = False
+        for c in tr.calls:
+            if not isinstance(c.module, norm_types) or c.name.startswith(prefix + "."):
+                continue
+            if c.idx > (last.end or 0) and c.x is not None and c.x.shape[-1] == hidden and not final:
+                final = True
+                rows_final = {"module": c.name, "class": type(c.module).__name__}
+                continue
+            where = "embedding" if c.idx < layer.idx else "after the layers" if c.idx > (last.end or 0) else "between layers"
+            extra.append(f"{where}: {c.name} ({type(c.module).__name__})")
+        for r in rows:
+            if r["role"] in ("latent", "other"):
+                extra.append(f"{r['role']}: {r['module']} ({r['class']})" + (f", {r['note']}" if r["note"] else ""))
+        classes = sorted({r["class"] for r in rows} | ({rows_final["class"]} if final else set()))
+        rec.update({
+            "status": "traced", "norm_classes": classes, "catalog": [class_catalog.get(c) for c in classes],
+            "final_norm": final, "extra_norms": extra,
+            "layer": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
+        })
+        rec["placement"], rec["placement_note"] = placement_of(rows)
+        rec["qk_norm"], rec["qk_rope"] = qk_of(qk_rows, tr.rope, qk_layer)
+        differ = sorted({placement_of(rs)[0] for rs, _ in others} - {rec["placement"]})
+        if differ:
+            note = f"other layers: {', '.join(differ)}"
+            rec["placement_note"] = f"{rec['placement_note']}; {note}" if rec["placement_note"] else note
+        classes = sorted(set(classes) | {r["class"] for rs, _ in others for r in rs})
+        rec["norm_classes"], rec["catalog"] = classes, [class_catalog.get(c) for c in classes]
+        del first
+    except Exception as exc:  # recorded, never dropped
+        rec.update(status="error", error=_short(exc), placement=None, qk_norm=None, final_norm=None, layer=[],
+                   norm_classes=[], catalog=[], extra_norms=[])
+    return rec
+
+
+def _hidden(tr: Trace, prefix: str) -> int:
+    c = next(c for c in tr.calls if c.name == f"{prefix}.0")
+    if c.x is None:
+        raise RuntimeError(f"the decoder layer {prefix}.0 was called without a hidden-state tensor")
+    return int(c.x.shape[-1])
+
+
+def model_types() -> list[str]:
+    """Every model type with a causal-LM class in the installed transformers' auto mapping."""
+    from transformers.models.auto import configuration_auto as ca
+    from transformers.models.auto import modeling_auto as ma
+
+    return sorted(t for t in ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES if t in ca.CONFIG_MAPPING_NAMES)

@@ -1,0 +1,294 @@
+"""Running one norm class on the shared probes and naming the catalog entry it equals, bit for bit.
+
+For each class: build it at a few widths with its own constructor (the signature decides the arguments:
+a width, a config object of its own model, one group, ...), read how it stores its gain (none, ``w``, or an
+offset ``w`` applied as ``1 + w``; its dtype; a bias), decide what it computes from its outputs (a LayerNorm
+ignores a shift of the row, an RMSNorm gives rows of mean square one, an L2 norm rows of length one), then
+feed it :func:`reference_impl.check.matching.make_probes` in bfloat16, float16 and float32 (gains in
+float32 and in the input's dtype, at scales where eps decides the result and where float16 squares
+overflow) and compare its outputs with every catalog candidate by :func:`~reference_impl.check.matching.match`.
+"""
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass
+
+import torch
+
+from ...check import matching
+from .discover import Found, out_of_scope_reason
+
+WIDTHS = (7, 64)           # an odd width and a head size
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+_WIDTH_ARGS = ("hidden_size", "dim", "normalized_shape", "size", "d_model", "num_features", "feat_size", "n",
+               "hidden_dim", "features", "embed_dim", "c_in", "d", "n_embd", "num_channels", "head_dim",
+               "normalized_dim", "channels", "d_hidden", "in_features")
+_CONFIG_WIDTHS = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "head_dim", "hidden_dim", "d_embed",
+                  "kv_lora_rank", "q_lora_rank")
+_GAIN_NAMES = ("weight", "scale", "gamma", "g", "gain")
+_BIAS_NAMES = ("bias", "beta", "b")
+_ONE_PLUS = re.compile(r"1(\.0)?\s*\+\s*self\.(weight|scale|gamma)|self\.(weight|scale|gamma)(\.float\(\))?\s*\+\s*1"
+                       r"|unit_offset|weight_offset|\+\s*self\.offset")
+
+
+class ProbeError(Exception):
+    """The class could not be built or run on a plain ``(rows, width)`` input; the message says why."""
+
+
+def _config_for(found: Found, annotation, width: int):
+    """A default config of the class's own model with its width fields set to ``width``."""
+    cls = annotation if isinstance(annotation, type) else None
+    if cls is None and found.folder:
+        import importlib
+        import pkgutil
+
+        import transformers
+
+        pkg = importlib.import_module(f"transformers.models.{found.folder}")
+        for info in pkgutil.iter_modules(pkg.__path__):
+            if info.name.startswith("configuration_"):
+                mod = importlib.import_module(f"{pkg.__name__}.{info.name}")
+                for obj in vars(mod).values():
+                    if isinstance(obj, type) and issubclass(obj, transformers.PreTrainedConfig) \
+                            and obj.__module__ == mod.__name__:
+                        cls = obj
+                        break
+            if cls is not None:
+                break
+    if cls is None:
+        raise ProbeError("takes a config, and no config class was found in its model folder")
+    cfg = cls()
+    for sub in ("text_config",):
+        if getattr(cfg, sub, None) is not None:
+            cfg = getattr(cfg, sub)
+    for name in _CONFIG_WIDTHS:
+        if hasattr(cfg, name):
+            setattr(cfg, name, width)
+    for name in ("num_attention_heads", "num_heads", "n_head"):
+        if hasattr(cfg, name):
+            setattr(cfg, name, 1)
+    return cfg
+
+
+def build(found: Found, width: int, eps: float | None = None) -> torch.nn.Module:
+    """The class built for rows of ``width`` features, in float32 (parameters as its constructor makes them)."""
+    cls = found.cls
+    try:
+        params = list(inspect.signature(cls.__init__).parameters.values())[1:]
+    except (TypeError, ValueError) as exc:
+        raise ProbeError(f"its constructor's signature cannot be read: {exc}") from exc
+    args, kwargs = [], {}
+    for p in params:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.name in _WIDTH_ARGS:
+            value = width
+        elif p.name == "config":
+            value = _config_for(found, p.annotation, width)
+        elif p.name in ("group_size",):
+            value = width
+        elif p.name in ("n_groups", "num_groups"):
+            value = 1
+        elif p.name in ("eps", "epsilon") and eps is not None:
+            value = eps
+        elif p.default is not p.empty:
+            continue
+        else:
+            raise ProbeError(f"its constructor needs {p.name!r}, which no generic strategy provides")
+        if p.kind == p.KEYWORD_ONLY:
+            kwargs[p.name] = value
+        else:
+            args.append(value)
+    if not params and found.cls.__init__ is torch.nn.Module.__init__:
+        pass
+    try:
+        module = cls(*args, **kwargs)
+    except Exception as exc:
+        raise ProbeError(f"constructor failed: {type(exc).__name__}: {exc}"[:300]) from exc
+    return module.float().eval()
+
+
+def _param(module, names, width):
+    for name in names:
+        t = getattr(module, name, None)
+        if isinstance(t, torch.nn.Parameter) and t.shape == (width,):
+            return name, t
+    return None, None
+
+
+@dataclass
+class Storage:
+    gain: str            # "none" | "w" | "1+w" | "other"
+    gain_name: str | None
+    bias_name: str | None
+    eps: float | None
+
+
+def storage(found: Found, module: torch.nn.Module, width: int) -> Storage:
+    """How the built class stores its gain and bias, and its eps (the signature's, else the instance's,
+    else a literal in its forward)."""
+    gname, g = _param(module, _GAIN_NAMES, width)
+    bname, _ = _param(module, _BIAS_NAMES, width)
+    try:
+        src = inspect.getsource(found.cls)
+    except (OSError, TypeError):
+        src = ""
+    if g is None:
+        others = [n for n, t in module.named_parameters(recurse=False)]
+        gain = "other" if others else "none"
+    elif _ONE_PLUS.search(src) or (bool(torch.all(g == 0)) and not _ONE_PLUS.search(src) and "weight" in src):
+        gain = "1+w"
+    else:
+        gain = "w"
+    eps = found.eps_default
+    if eps is None:
+        for name in ("variance_epsilon", "eps", "epsilon"):
+            v = getattr(module, name, None)
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                eps = float(v)
+                break
+    if eps is None:
+        m = re.search(r"eps\s*=\s*([0-9.]+e-?[0-9]+|[0-9]*\.[0-9]+)", src)
+        if m:
+            eps = float(m.group(1))
+    return Storage(gain, gname, bname, eps)
+
+
+def _set(module, st: Storage, weight, bias):
+    with torch.no_grad():
+        if st.gain_name is not None and weight is not None:
+            getattr(module, st.gain_name).data = weight.clone()
+        if st.bias_name is not None:
+            b = getattr(module, st.bias_name)
+            b.data = (torch.zeros_like(b) if bias is None else bias.clone())
+
+
+def _call(module, x):
+    out = module(x)
+    if isinstance(out, (tuple, list)):
+        out = out[0]
+    if not isinstance(out, torch.Tensor) or out.shape != x.shape:
+        raise ProbeError(f"returns {type(out).__name__} {tuple(getattr(out, 'shape', ()))} for an input "
+                         f"{tuple(x.shape)}: not a norm over the last dimension")
+    return out
+
+
+def kind_of(module, st: Storage, width: int) -> str:
+    """What the class computes, from its outputs on float32 rows with a neutral gain and no bias."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(5, width, generator=g, dtype=torch.float64).float() * 3
+    neutral = None
+    if st.gain_name is not None:
+        ref = getattr(module, st.gain_name)
+        neutral = torch.zeros_like(ref) if st.gain == "1+w" else torch.ones_like(ref)
+    _set(module, st, neutral, None)
+    with torch.no_grad():
+        y = _call(module, x).double()
+        y_shift = _call(module, x + 2.5).double()
+    if torch.allclose(y, y_shift, atol=1e-4, rtol=1e-4):
+        return "layer"
+    ms = (y * y).mean(-1)
+    ss = (y * y).sum(-1)
+    if torch.allclose(ms, torch.ones_like(ms), atol=1e-3):
+        return "rms"
+    if torch.allclose(ss, torch.ones_like(ss), atol=1e-3):
+        return "l2"
+    return "other"
+
+
+@dataclass
+class ClassResult:
+    kind: str
+    in_scope: bool
+    reason: str | None
+    catalog: str | None
+    closest: str | None
+    max_ulp: int | None
+    eps: float | None
+    gain: str
+    gain_dtype: str | None
+    bias: bool
+    dtypes: list
+    note: str | None
+
+
+def _fail(found, kind, reason, eps=None, gain="none", bias=False, gain_dtype=None, in_scope=False, note=None):
+    return ClassResult(kind, in_scope, reason, None, None, None, eps if eps is not None else found.eps_default,
+                       gain, gain_dtype, bias, [], note)
+
+
+def _name_kind(name: str) -> str:
+    n = name.lower()
+    if "rms" in n:
+        return "rms"
+    if "l2" in n:
+        return "l2"
+    if "layernorm" in n:
+        return "layer"
+    return "other"
+
+
+def probe_class(found: Found, widths=WIDTHS, dtypes=DTYPES) -> ClassResult:
+    """Everything the census records about one class (see the module docstring)."""
+    oos = out_of_scope_reason(found.name)
+    if oos is not None:
+        return _fail(found, _name_kind(found.name), oos)
+    eps_arg = 1e-6 if found.cls is torch.nn.RMSNorm else None  # its default (None) picks eps by dtype
+    try:
+        modules = {d: build(found, d, eps_arg) for d in widths}
+        st = storage(found, modules[widths[-1]], widths[-1])
+        kind = kind_of(modules[widths[-1]], st, widths[-1])
+    except ProbeError as exc:
+        return _fail(found, _name_kind(found.name), f"could not be probed: {exc}", in_scope=True)
+    except Exception as exc:  # a forward that needs more than one tensor (a gate, a mask, a condition)
+        return _fail(found, _name_kind(found.name),
+                     f"could not be probed on one (rows, width) tensor: {type(exc).__name__}: {exc}"[:300],
+                     in_scope=True)
+    gain_t = getattr(modules[widths[-1]], st.gain_name) if st.gain_name else None
+    gain_dtype = str(gain_t.dtype).replace("torch.", "") if gain_t is not None else None
+    eps = eps_arg if eps_arg is not None else st.eps
+    common = dict(eps=eps, gain=st.gain, bias=st.bias_name is not None, gain_dtype=gain_dtype)
+    if kind == "other":
+        return _fail(found, "other", "does not normalize each row to unit mean square, unit length or zero "
+                     "mean and unit variance", in_scope=True, **common)
+    if st.gain == "other":
+        return _fail(found, kind, "stores its gain in a shape other than (width,)", in_scope=True, **common)
+    ran, probes = [], []
+    for dt in dtypes:
+        # torch.nn.LayerNorm's kernel (the neox candidate) takes a gain in x's dtype only
+        wdts = [dt] if kind == "layer" else sorted({torch.float32, dt}, key=str)
+        ps = matching.make_probes(list(widths), [dt], wdts, gain=st.gain,
+                                  bias=st.bias_name is not None, eps=eps if eps is not None else 1e-6)
+        try:
+            for p in ps[:1]:
+                _run_on(modules, st, p)
+            ran.append(dt)
+            probes.extend(ps)
+        except Exception:
+            continue
+    if not probes:
+        return _fail(found, kind, "raises on every input dtype tried", in_scope=True, **common)
+
+    def run(p):
+        return _run_on(modules, st, p)
+
+    m = matching.match(run, probes, kind)
+    note = None if eps is not None else "no eps found in its signature, instance or source; probed with 1e-6"
+    if eps_arg is not None:
+        note = "built with eps=1e-6 (its default, None, picks eps by dtype)"
+    if len(ran) < len(dtypes):
+        skipped = ", ".join(str(d).replace("torch.", "") for d in dtypes if d not in ran)
+        note = ((note + "; ") if note else "") + f"raises for {skipped} input"
+    closest_ulp = m.max_ulp.get(m.closest) if m.closest else None
+    return ClassResult(kind, True, None, m.matched, m.closest if not m.matched else m.matched,
+                       None if m.matched else closest_ulp, eps, st.gain, gain_dtype, st.bias_name is not None,
+                       [str(d).replace("torch.", "") for d in ran], note if m.matched else
+                       ((note + "; ") if note else "") + m.description)
+
+
+def _run_on(modules, st: Storage, p):
+    module = modules[p.x.shape[-1]]
+    _set(module, st, p.weight, p.bias)
+    with torch.no_grad():
+        return _call(module, p.x)

@@ -1,0 +1,113 @@
+"""A tiny config of a model type, made from its own config class's defaults (nothing downloaded).
+
+Every size attribute that exists on the config (or on its sub-configs: ``text_config``, ``vision_config``,
+...) is set to a small value: two layers, width 64, four heads of 16 with two key/value heads, an MLP of
+128, a vocabulary of 128, four experts with two per token, small MLA ranks. Per-layer lists
+(``layer_types``, ...) are cut to the new layer count. What a model's config validates beyond this is
+recorded as that model's error by :mod:`.trace`.
+"""
+from __future__ import annotations
+
+import copy
+
+LAYERS = 2
+SIZES = {
+    # layers
+    "num_hidden_layers": LAYERS, "num_layers": LAYERS, "n_layer": LAYERS, "n_layers": LAYERS,
+    "num_decoder_layers": LAYERS, "decoder_layers": LAYERS, "encoder_layers": LAYERS,
+    "num_text_layers": LAYERS,
+    # widths
+    "hidden_size": 64, "d_model": 64, "n_embd": 64, "dim": 64, "embed_dim": 64, "model_dim": 64,
+    "intermediate_size": 128, "ffn_dim": 128, "n_inner": 128, "d_ff": 128, "ffn_hidden_size": 128,
+    "decoder_ffn_dim": 128, "encoder_ffn_dim": 128, "intermediate_dim": 128, "hidden_dim": 128,
+    # heads
+    "num_attention_heads": 4, "n_head": 4, "num_heads": 4, "n_heads": 4, "decoder_attention_heads": 4,
+    "encoder_attention_heads": 4, "num_key_value_heads": 2, "n_kv_heads": 2, "num_kv_heads": 2,
+    "multi_query_group_num": 2, "head_dim": 16, "kv_channels": 16, "d_kv": 16, "attention_head_size": 16,
+    "global_head_dim": 16, "local_head_dim": 16,
+    # vocabulary and positions
+    "vocab_size": 128, "max_position_embeddings": 128, "n_positions": 128, "max_seq_len": 128,
+    # experts
+    "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "moe_num_experts": 4,
+    "num_experts_per_tok": 2, "moe_topk": 2, "top_k": 2, "moe_k": 2, "n_shared_experts": 1,
+    "num_shared_experts": 1, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
+    "expert_interval": 1, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1,
+    # multi-head latent attention
+    "kv_lora_rank": 16, "q_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
+    "qk_head_dim": 16,
+    # state-space and linear-attention mixers
+    "mamba_d_state": 8, "state_size": 8, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_headdim": 16,
+    "mamba_expand": 2, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+    "linear_value_head_dim": 16, "ssm_state_size": 8, "time_step_rank": 8, "conv_kernel": 4,
+    "mamba_n_groups": 1, "n_groups": 1,
+    # windows and chunking
+    "sliding_window": 16, "attention_chunk_size": 16, "chunk_size": 16,
+    # vision and audio towers
+    "image_size": 32, "patch_size": 8, "num_channels": 3, "projection_dim": 64, "out_hidden_size": 64,
+}
+_SUB = ("text_config", "vision_config", "audio_config", "decoder_config", "encoder_config", "speech_config",
+        "thinker_config", "talker_config", "language_config", "llm_config", "text_encoder_config")
+
+
+def _keep(old_layers: int, types) -> list[int]:
+    """Layer indices to keep: the first LAYERS, and the first of each layer type not among them."""
+    keep = list(range(min(LAYERS, old_layers)))
+    if types is not None:
+        for i, t in enumerate(types):
+            if t not in [types[j] for j in keep]:
+                keep.append(i)
+    return keep
+
+
+def _cut_lists(cfg, old_layers: int | None) -> int:
+    if not old_layers:
+        return LAYERS
+    types = getattr(cfg, "layer_types", None)
+    types = list(types) if isinstance(types, (list, tuple)) and len(types) == old_layers else None
+    keep = _keep(old_layers, types)
+    for name, value in list(vars(cfg).items()):
+        if isinstance(value, (list, tuple)) and len(value) == old_layers and name not in SIZES:
+            setattr(cfg, name, type(value)(value[i] for i in keep))
+    return len(keep)
+
+
+def _old_layers(cfg) -> int | None:
+    for name in ("num_hidden_layers", "num_layers", "n_layer", "n_layers"):
+        v = getattr(cfg, name, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+def shrink(cfg, depth: int = 0):
+    """A copy of ``cfg`` with every size attribute it has set small (sub-configs too)."""
+    cfg = copy.deepcopy(cfg) if depth == 0 else cfg
+    old = _old_layers(cfg)
+    for name, value in SIZES.items():
+        if name in vars(cfg) and isinstance(getattr(cfg, name, None), int) and not isinstance(getattr(cfg, name),
+                                                                                               bool):
+            setattr(cfg, name, value)
+    n = _cut_lists(cfg, old)
+    for name in ("num_hidden_layers", "num_layers", "n_layer", "n_layers"):
+        if name in vars(cfg) and isinstance(getattr(cfg, name), int):
+            setattr(cfg, name, n)
+    if "qk_rope_head_dim" in vars(cfg) and "head_dim" in vars(cfg):  # latent attention: head_dim is the rotary part
+        cfg.head_dim = cfg.qk_rope_head_dim
+    for name in ("mlp_layer_types", "layers_block_type", "hybrid_override_pattern", "block_types"):
+        v = getattr(cfg, name, None)
+        if isinstance(v, str) and old and len(v) == old:
+            setattr(cfg, name, v[:LAYERS])
+    if hasattr(cfg, "use_cache"):
+        cfg.use_cache = False
+    for name in ("attn_implementation", "_attn_implementation"):
+        if hasattr(cfg, name):
+            try:
+                setattr(cfg, name, "eager")
+            except Exception:  # a read-only property on some configs
+                pass
+    if depth < 2:
+        for sub in _SUB:
+            s = getattr(cfg, sub, None)
+            if s is not None and hasattr(s, "to_dict"):
+                shrink(s, depth + 1)
+    return cfg
