@@ -331,6 +331,12 @@ def _make_numeric(expr, reduce_rows: bool):
     if unknown:
         raise ValueError(f"cannot evaluate {unknown}: expand abbreviations first")
     scalars = [sym for sym in _SCALARS if sym in expr.free_symbols]
+    labels = {b.label for b in bases}
+    unnamed = sorted((str(sym) for sym in expr.free_symbols
+                      if isinstance(sym, sp.Symbol) and sym not in _SCALARS and sym != i and sym not in labels))
+    if unnamed:  # lambdify would leave them as SymPy symbols, and NumPy fails far from here
+        raise ValueError(f"cannot evaluate a formula with the scalar(s) {unnamed}: give each its keyword in "
+                         f"_SCALARS (reference_impl/symbolic/algebra.py), e.g. {{{unnamed[0]}: \"{unnamed[0]}\"}}")
     names = [NUMERIC_ARGS[b] for b in bases] + [_SCALARS[sym] for sym in scalars]
     has_i = i in expr.free_symbols
     # no cse: sympy 1.14 hoists summands that use the bound index out of their Sum

@@ -1,11 +1,12 @@
-"""Explicit checks at a fixed hidden size, and operation and byte counts per row, from the definitions."""
+"""Explicit checks at a fixed hidden size, and operation counts per row (:func:`count_ops`,
+:func:`forward_ops`), from the definitions. The counts that read the registry's formulas (the input
+gradient's operations, the bytes per row) are in :mod:`reference_impl.symbolic.formulas`, next to it."""
 from __future__ import annotations
 
 import sympy as sp
-from sympy import Indexed, IndexedBase, Sum
+from sympy import Indexed, Sum
 
-from .algebra import (LN_Y, NUMERIC_ARGS, ROW_ARRAYS, RMS_Y, _J, beta, d, dy, g, gamma, i, j, l, m, mu, r, x,
-                      xhat)
+from .algebra import LN_Y, RMS_Y, _J, beta, d, i, j, l, m, x
 
 # ---------------------------------------------------------------------------- explicit checks, costs
 
@@ -111,32 +112,4 @@ def forward_ops(norm: str, bias: bool = True) -> dict[str, sp.Expr]:
     return count_ops(expr)
 
 
-def backward_ops(norm: str, shown=None) -> dict[str, sp.Expr]:
-    """Operation counts of one row of the input gradient given the saved statistics (r, and mu for
-    LayerNorm, stay symbols: they are loaded, not recomputed). The gain and bias gradients are sums
-    over rows of dy*xhat and dy, charged to that reduction."""
-    centre = (lambda q: x[q] * r) if norm == "rms" else (lambda q: (x[q] - mu) * r)
-    if shown is None:
-        from .formulas import get
-
-        shown = get(f"{norm}.vjp_x").display
-    return count_ops(shown, {xhat: centre, g: lambda q: gamma[q] * dy[q]})
-
-
 ELEM_BYTES = sp.Symbol("b", positive=True, integer=True)   # bytes per element of x, y, dy, dx
-STATS_SAVED = {"rms": 1, "ln": 2}                           # float32 statistics per row: r; (mu, r) in PyTorch
-
-
-def bytes_per_row(norm: str, pass_: str = "forward", formulas=None) -> sp.Expr:
-    """Bytes a kernel must move per row, counted from the per-row arrays the registry's formulas read,
-    plus the one array each pass writes (y, or dx) and the float32 statistics saved by the forward and
-    read by the backward (RMSNorm: r; LayerNorm: r and the mean, as torch.nn.functional.layer_norm keeps
-    them). Gain and bias are read once per launch, not per row, and are left out."""
-    fid = f"{norm}.forward" if pass_ == "forward" else f"{norm}.vjp_x"
-    if formulas is None:
-        from .formulas import get
-
-        formulas = {fid: get(fid)}
-    f = formulas[fid]
-    reads = {b for b in f.expr.atoms(IndexedBase) if NUMERIC_ARGS.get(b) in ROW_ARRAYS}
-    return (len(reads) + 1) * d * ELEM_BYTES + 4 * STATS_SAVED[norm]

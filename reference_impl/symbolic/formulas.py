@@ -10,10 +10,10 @@ from functools import lru_cache
 import sympy as sp
 from sympy import IndexedBase, KroneckerDelta
 
-from .algebra import (LATEX_NAMES, LN_DEFS, LN_Y, MS, MU, PMS, PRMS_DEFS, R_LN, R_RMS, RMS, RMS_DEFS, RMS_Y, VAR,
-                      Formula, LayerNorm, PRMSNorm, RMSNorm, beta, c, d, dy, eps, g, gamma, i, m, mu, ms,
+from .algebra import (LATEX_NAMES, LN_DEFS, LN_Y, MS, MU, NUMERIC_ARGS, PMS, PRMS_DEFS, ROW_ARRAYS, R_LN, R_RMS,
+                      RMS, RMS_DEFS, RMS_Y, VAR, Formula, LayerNorm, PRMSNorm, RMSNorm, beta, c, d, dy, eps, g, gamma, i, m, mu, ms,
                       j, normalize, one, r, s, sum_over, var, vjp, x, xhat)
-from .costs import ELEM_BYTES, backward_ops, bytes_per_row, forward_ops
+from .costs import ELEM_BYTES, count_ops, forward_ops
 
 # ------------------------------------------------------------------------------ building the registry
 
@@ -228,3 +228,31 @@ def get(formula_id: str) -> Formula:
     if formula_id not in reg:
         raise KeyError(f"no formula {formula_id!r} in the registry; known: {sorted(reg)}")
     return reg[formula_id]
+
+
+# ------------------------------------------------------------------------------ counts that read the registry
+
+def backward_ops(norm: str, shown=None) -> dict[str, sp.Expr]:
+    """Operation counts of one row of the input gradient given the saved statistics (r, and mu for
+    LayerNorm, stay symbols: they are loaded, not recomputed). The gain and bias gradients are sums
+    over rows of dy*xhat and dy, charged to that reduction."""
+    centre = (lambda q: x[q] * r) if norm == "rms" else (lambda q: (x[q] - mu) * r)
+    if shown is None:
+        shown = get(f"{norm}.vjp_x").display
+    return count_ops(shown, {xhat: centre, g: lambda q: gamma[q] * dy[q]})
+
+
+STATS_SAVED = {"rms": 1, "ln": 2}                           # float32 statistics per row: r; (mu, r) in PyTorch
+
+
+def bytes_per_row(norm: str, pass_: str = "forward", formulas=None) -> sp.Expr:
+    """Bytes a kernel must move per row, counted from the per-row arrays the registry's formulas read,
+    plus the one array each pass writes (y, or dx) and the float32 statistics saved by the forward and
+    read by the backward (RMSNorm: r; LayerNorm: r and the mean, as torch.nn.functional.layer_norm keeps
+    them). Gain and bias are read once per launch, not per row, and are left out."""
+    fid = f"{norm}.forward" if pass_ == "forward" else f"{norm}.vjp_x"
+    if formulas is None:
+        formulas = {fid: get(fid)}
+    f = formulas[fid]
+    reads = {b for b in f.expr.atoms(IndexedBase) if NUMERIC_ARGS.get(b) in ROW_ARRAYS}
+    return (len(reads) + 1) * d * ELEM_BYTES + 4 * STATS_SAVED[norm]

@@ -192,26 +192,3 @@ def group_inputs(mode: str, shape, dname: str):
     if y is not None:
         y.zero_()  # the reused buffer, touched once outside any timing
     return x, w, dy, y
-
-
-def measure_group(mode: str, dname: str, shape, repeats: int, quick: bool, allocator: str) -> list[dict]:
-    """Records of one group configuration (the fields of measure_config's, plus ``shape`` for QK)."""
-    from .cases import min_bytes
-    from .measure import timed_records
-
-    x, w, dy, y = group_inputs(mode, shape, dname)
-    rows, d = x.numel() // x.shape[-1], x.shape[-1]
-    cases, recs = {}, []
-    for impl in GROUP_IMPLS[mode]:
-        rec = {"allocator": allocator, "mode": mode, "dtype": dname, "rows": rows, "hidden": d, "impl": impl,
-               "bytes": min_bytes(rows, d, DTYPES[dname], mode, impl)}
-        if mode != "short_rows":
-            rec["shape"] = list(shape)
-        if impl in TILE_IMPLS:
-            rec["tile_bytes"] = TILE_IMPLS[impl]
-        try:
-            cases[impl] = make_group_case(impl, mode, x, w, dy, y)
-        except Unavailable as exc:
-            rec["skipped"] = str(exc)
-        recs.append(rec)
-    return timed_records(cases, recs, repeats, quick)

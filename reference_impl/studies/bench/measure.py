@@ -17,7 +17,7 @@ import torch
 from ...ops import library as fused
 from .cases import (ALLOCATORS, DTYPES, EPS, IMPLS, MAX_CALLS, REPO, ROUND_BUDGET_S, Unavailable, make_case,
                     min_bytes, validate)
-from .groups import GROUP_IMPLS, case_env, measure_group, validate_group
+from .groups import GROUP_IMPLS, TILE_IMPLS, case_env, group_inputs, make_group_case, validate_group
 
 MIN_ROUNDS_FOR_VERDICT = 3
 
@@ -123,6 +123,26 @@ def timed_records(cases: dict, recs: list[dict], repeats: int, quick: bool) -> l
         rec["gbps_min"] = rec["bytes"] / st["max_s"] / 1e9
         rec["gbps_max"] = rec["bytes"] / st["min_s"] / 1e9
     return recs
+
+
+def measure_group(mode: str, dname: str, shape, repeats: int, quick: bool, allocator: str) -> list[dict]:
+    """Records of one group configuration (the fields of measure_config's, plus ``shape`` for QK)."""
+    x, w, dy, y = group_inputs(mode, shape, dname)
+    rows, d = x.numel() // x.shape[-1], x.shape[-1]
+    cases, recs = {}, []
+    for impl in GROUP_IMPLS[mode]:
+        rec = {"allocator": allocator, "mode": mode, "dtype": dname, "rows": rows, "hidden": d, "impl": impl,
+               "bytes": min_bytes(rows, d, DTYPES[dname], mode, impl)}
+        if mode != "short_rows":
+            rec["shape"] = list(shape)
+        if impl in TILE_IMPLS:
+            rec["tile_bytes"] = TILE_IMPLS[impl]
+        try:
+            cases[impl] = make_group_case(impl, mode, x, w, dy, y)
+        except Unavailable as exc:
+            rec["skipped"] = str(exc)
+        recs.append(rec)
+    return timed_records(cases, recs, repeats, quick)
 
 
 def first_touch(rows: int, d: int, repeats: int, quick: bool) -> dict:
