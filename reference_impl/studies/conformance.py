@@ -28,6 +28,9 @@ import numpy as np
 import torch
 
 from .. import oracle
+from ..check import kit
+from ..check.matching import Probe, ordered_bits, ulp_distance  # noqa: F401 (one definition, re-exported)
+from ..check.models import Target
 from ..provenance import REPO, finish, python_closure, record
 from . import conformance_impls as ci
 from .numerics import ulp
@@ -44,41 +47,23 @@ WIDTHS = (4095, 4096)
 ROWS = 96
 EPS = 1e-6
 SEED = 23
-_INT = {torch.bfloat16: (torch.int16, 0x7FFF), torch.float16: (torch.int16, 0x7FFF),
-        torch.float32: (torch.int32, 0x7FFFFFFF)}
 
 
 # ------------------------------------------------------------------------------------------ metrics
 
-def ordered_bits(t: torch.Tensor) -> torch.Tensor:
-    """Each value's position on the number line of its dtype (+0 and -0 both 0): neighbours differ by 1."""
-    ity, mag = _INT[t.dtype]
-    bits = t.contiguous().view(ity).to(torch.int64)
-    return torch.where(bits < 0, -(bits & mag), bits)
-
-
-def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """How many representable values of the dtype lie between a and b, plus one if they differ (0: equal)."""
-    if a.dtype != b.dtype:
-        raise TypeError(f"ulp_distance compares one dtype, got {a.dtype} and {b.dtype}")
-    return (ordered_bits(a) - ordered_bits(b)).abs()
-
-
 def compare(got: torch.Tensor, ref: torch.Tensor, exact: np.ndarray) -> dict:
-    """Bits of ``got`` against ``ref`` (the family's module) and its error against the float64 ``exact``."""
-    if got.shape != ref.shape:
-        raise ValueError(f"shape {tuple(got.shape)} differs from the reference's {tuple(ref.shape)}")
-    dtype_note = None
-    if got.dtype != ref.dtype:  # e.g. a float32 result: compared after one rounding to the reference dtype
-        dtype_note = f"returned {str(got.dtype).replace('torch.', '')}, rounded to {str(ref.dtype).replace('torch.', '')}"
-        got = got.to(ref.dtype)
-    dist = ulp_distance(got, ref)
-    err = np.abs(got.double().numpy() - exact) / ulp(exact, ref.dtype)
-    out = {"identical": bool(torch.equal(got, ref)), "fraction_different": float((dist > 0).double().mean()),
-           "max_ulp": int(dist.max()), "max_ulp_vs_oracle": float(err.max())}
-    if dtype_note:
-        out["note"] = dtype_note
-    return out
+    """Bits of ``got`` against ``ref`` (the family's module) and its error against the float64 ``exact``:
+    the kit's comparison (:func:`reference_impl.check.compare`), so a row here is what the kit reports."""
+    return kit.compare(got, ref, exact)
+
+
+def target(convention: str) -> Target:
+    """The checkpoint family a column is compared with, as the kit names it: LlamaRMSNorm for the Llama
+    casting order, GemmaRMSNorm (the stored weight an offset, the gain 1 + w) for Gemma's."""
+    folder, cls = ("llama", "LlamaRMSNorm") if convention == "llama" else ("gemma", "GemmaRMSNorm")
+    return Target(name=folder, entry=f"rms_norm.{convention}", kind="rms", convention=convention, eps=EPS,
+                  gain="w" if convention == "llama" else "1+w", module=f"transformers.models.{folder}.modeling_{folder}",
+                  norm_class=cls, source="the conformance study's two families")
 
 
 # ------------------------------------------------------------------------------------------ inputs
@@ -112,10 +97,12 @@ def exact_output(x, r, w, convention, eps=EPS) -> np.ndarray:
 def measure_case(case: dict, impls, rows: int = ROWS) -> dict:
     x, r, w = inputs(case, rows)
     conv = case["convention"]
-    ref_y, ref_h = ci.reference_run(conv)(x, w, r, EPS, conv)
+    fam = target(conv)
+    # the truth as the kit computes it: the family's module on h = x + r rounded to x's dtype
+    ref_y, ref_h, _ = kit.truth(fam, Probe(x, w, None, EPS, case["id"], fam.gain, r), residual=r is not None)
     exact = exact_output(x, r, w, conv)
     entry = dict(case)
-    entry["reference"] = {"module": "LlamaRMSNorm" if conv == "llama" else "GemmaRMSNorm",
+    entry["reference"] = {"module": fam.norm_class,
                           "max_ulp_vs_oracle": compare(ref_y, ref_y, exact)["max_ulp_vs_oracle"]}
     results = {}
     for impl in impls:

@@ -45,6 +45,24 @@ def test_the_compiled_formulas_are_the_modules_bit_for_bit(dtype):
             assert torch.equal(formula(x, w, C.EPS), m(x)), conv
 
 
+@pytest.mark.guards("conformance.data")
+@pytest.mark.parametrize("conv", ["llama", "gemma"])
+def test_each_row_is_a_kit_comparison(conv):
+    """One mechanism: the study's truth is the kit's truth and its metrics are the kit's comparison."""
+    from reference_impl.check import kit, matching
+
+    assert C.ulp_distance is matching.ulp_distance
+    case = {"dtype": "bfloat16", "convention": conv, "residual": True, "d": 257, "id": "t"}
+    x, r, w = C.inputs(case, 8)
+    fam = C.target(conv)
+    y, h, what = kit.truth(fam, matching.Probe(x, w, None, C.EPS, "t", fam.gain, r), residual=True)
+    y_ci, h_ci = CI.reference_run(conv)(x, w, r, C.EPS, conv)
+    assert what.startswith(("LlamaRMSNorm", "GemmaRMSNorm")) and torch.equal(y, y_ci) and torch.equal(h, h_ci)
+    got = CI.conventions_run(x, w, r, C.EPS, conv)[0]
+    exact = C.exact_output(x, r, w, conv)
+    assert C.compare(got, y, exact) == kit.compare(got, y, exact)
+
+
 # ------------------------------------------------------------------------------------------ the data file
 
 @pytest.mark.guards("conformance.data")
