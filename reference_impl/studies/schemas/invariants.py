@@ -132,14 +132,15 @@ def bench_records(data, name):
     """Each timing record agrees with itself: bytes are the minimum the case must move, min <= quartiles <=
     max, every round's median inside them, GB/s = bytes / median time, and no bandwidth-bound run beats the
     copy of the same bytes by more than half (a smoke run, --quick, is not a measurement and is exempt)."""
-    from .. import bench
+    from ..bench.cases import DTYPES, min_bytes
+    from ..bench.limits import CEILING_MODES, ceiling_key
 
     results = data.get("results", [])
     ceilings = {}
     for i, r in enumerate(results):
         where = f"results.{i}"
-        if r.get("dtype") in bench.DTYPES:
-            want = bench.min_bytes(r["rows"], r["hidden"], bench.DTYPES[r["dtype"]], r["mode"], r["impl"])
+        if r.get("dtype") in DTYPES:
+            want = min_bytes(r["rows"], r["hidden"], DTYPES[r["dtype"]], r["mode"], r["impl"])
             if r["bytes"] != want:
                 yield f"{where}.bytes", f"{r['bytes']} but a {r['impl']} {r['mode']} case moves {want} bytes"
         if "skipped" in r or "median_s" not in r:
@@ -154,8 +155,8 @@ def bench_records(data, name):
         for k, t in (("gbps_min", "max_s"), ("gbps_max", "min_s")):
             if k in r and not _close(r[k], r["bytes"] / r[t] / 1e9):
                 yield f"{where}.{k}", f"{r[k]} but bytes / {t} is {r['bytes'] / r[t] / 1e9:.6g} GB/s"
-        if r["mode"] in bench.CEILING_MODES and r["impl"] in ("copy", "stream_copy") and "gbps" in r:
-            key = bench.ceiling_key(r)
+        if r["mode"] in CEILING_MODES and r["impl"] in ("copy", "stream_copy") and "gbps" in r:
+            key = ceiling_key(r)
             ceilings[key] = max(ceilings.get(key, 0.0), r["gbps"])
     if (data.get("provenance") or {}).get("quick"):
         return
@@ -170,9 +171,9 @@ def bench_records(data, name):
     for i, r in enumerate(results):
         if "gbps" not in r or r["mode"].endswith("forward_backward"):
             continue
-        top = ceilings.get(bench.ceiling_key(r))
+        top = ceilings.get(ceiling_key(r))
         if top is None:
-            yield f"results.{i}", f"no copy of the same shape ({bench.ceiling_key(r)}) to hold it against"
+            yield f"results.{i}", f"no copy of the same shape ({ceiling_key(r)}) to hold it against"
         elif r["gbps"] > 1.5 * top:
             yield f"results.{i}.gbps", (f"{r['gbps']:.4g} GB/s is {r['gbps'] / top:.3g} times the copy of the same "
                                         f"bytes ({top:.4g} GB/s): physically impossible for a memory-bound pass")
@@ -349,3 +350,34 @@ def losses(data, name):
     for path, v in _walk(data):
         if any("loss" in p for p in path) and isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
             yield ".".join(path), f"a loss of {v} (a cross-entropy is never negative)"
+
+
+@invariant("*")
+def summary_statistics(data, name):
+    """A summary ``{"values": [...], "n", "mean", "min", "max"}`` (and ``n_finite`` where given) describes
+    its own values: n counts them, min, max and mean are those of the finite ones."""
+    for path, node in _dicts(data):
+        if not {"values", "n", "mean", "min", "max"} <= set(node) or not isinstance(node["values"], list):
+            continue
+        where = ".".join(path)
+        finite = [v for v in node["values"] if isinstance(v, (int, float)) and not isinstance(v, bool)
+                  and math.isfinite(v)]
+        if node["n"] != len(node["values"]):
+            yield f"{where}.n", f"{node['n']} but there are {len(node['values'])} values"
+        if "n_finite" in node and node["n_finite"] != len(finite):
+            yield f"{where}.n_finite", f"{node['n_finite']} but {len(finite)} values are finite"
+        if not finite:
+            continue
+        for key, want in (("min", min(finite)), ("max", max(finite)), ("mean", sum(finite) / len(finite))):
+            if not (isinstance(node[key], (int, float)) and _close(node[key], want, 1e-9)):
+                yield f"{where}.{key}", f"{node[key]!r} but the values give {want!r}"
+
+
+def _dicts(node, path=()):
+    if isinstance(node, dict):
+        yield path, node
+        for k, v in node.items():
+            yield from _dicts(v, (*path, str(k)))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _dicts(v, (*path, str(i)))
