@@ -105,15 +105,27 @@ def _from_index(name: str, row: dict, version: str) -> Target:
     if not entry:
         raise ValueError(f"model {name!r}: the census found no catalog entry equal to its norm "
                          f"{row.get('norm_class')!r}; pass convention= to say which order to check against")
+    # the census names entries as matching.candidates does: "rms_norm.llama (eps outside)" is the entry with
+    # eps outside the root; a folded (1 + w) gain is no entry's own storage
+    base, _, flags = entry.partition(" (")
+    if "folded" in flags:
+        raise ValueError(f"model {name!r}: its norm equals {entry}, a gain folded into the weight's dtype, which "
+                         f"the kit does not model; pass convention= to check against an entry")
+    from ..norms import CATALOG
+
+    if base not in CATALOG:
+        raise ValueError(f"model {name!r}: the census names catalog entry {base!r}, which this package lacks; "
+                         f"rerun the census or pass convention=")
     # a QK-norm entry is an RMSNorm over head_dim with the entry's casting order
-    conv = _convention_of(entry)
-    rms_entry = entry
-    if entry.startswith("qk_norm."):
+    conv = _convention_of(base)
+    rms_entry = base
+    if base.startswith("qk_norm."):
         rms_entry = f"rms_norm.{conv}" if conv != "reference" else "rms_norm"
+    outside = "eps outside" in flags or rms_entry == "rms_norm.eps_outside"
     eps = row.get("eps")
     return Target(name=name, entry=rms_entry, kind=_kind_of(rms_entry), convention=conv,
                   eps=1e-6 if eps is None else float(eps), gain=row.get("gain") or "w",
-                  placement="outside" if rms_entry == "rms_norm.eps_outside" else "inside",
+                  placement="outside" if outside else "inside",
                   gain_dtype=row.get("gain_dtype") or "float32", module=row.get("module"),
                   norm_class=row.get("norm_class"), qk_norm=row.get("qk_norm") or "none",
                   bias=bool(row.get("bias", _kind_of(rms_entry) == "layer" and conv != "cohere")),

@@ -12,8 +12,9 @@ COLUMNS = ("dtype", "w dtype", "shape", "scale", "bits", "differ", "max ulp", "e
 class CaseResult:
     """One input through the function. ``identical``: bit-equal to the truth (None: not compared);
     ``fraction_different``/``max_ulp``: against the truth, in the function's output dtype; ``err_ulp``: the
-    largest |y - y64| in ulps of the output dtype at y64 (the float64 oracle); ``bound_ulp``: the derived
-    bound there, in the same ulps; ``within_bound``: every element within its bound; ``grad_ratio``: the
+    largest |y - y64| in ulps of the output dtype at y64 (the float64 oracle); ``worst_err_ulp``
+    and ``bound_ulp``: the error and the derived bound, in those ulps, at the element whose error uses the
+    largest share of its bound; ``within_bound``: every element within its bound; ``grad_ratio``: the
     largest gradient error divided by its bound (None: not checked); ``problem``: what went wrong, in words."""
 
     case: str
@@ -26,6 +27,7 @@ class CaseResult:
     fraction_different: float | None = None
     max_ulp: int | None = None
     err_ulp: float | None = None
+    worst_err_ulp: float | None = None
     bound_ulp: float | None = None
     within_bound: bool | None = None
     grad_ratio: float | None = None
@@ -48,7 +50,7 @@ class CaseResult:
         bits = "-" if self.identical is None else ("same" if self.identical else "DIFFER")
         differ = "-" if self.fraction_different is None else f"{100 * self.fraction_different:.1f}%"
         mu = "-" if self.max_ulp is None else (">1e9" if self.max_ulp > 10**9 else str(self.max_ulp))
-        err = "-" if self.err_ulp is None else f"{_num(self.err_ulp)} ({_num(self.bound_ulp)})"
+        err = "-" if self.worst_err_ulp is None else f"{_num(self.worst_err_ulp)} ({_num(self.bound_ulp)})"
         if self.within_bound is False:
             err += " OUT"
         grad = "-" if self.grad_ratio is None else f"{self.grad_ratio:.2f}"

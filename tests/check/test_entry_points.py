@@ -64,13 +64,7 @@ def test_python_dash_m_runs_the_command(tmp_path):
 def test_the_pytest_plugin_expands_into_one_test_per_case(tmp_path):
     shutil.copy(HERE / "user_norms.py", tmp_path)
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    (tmp_path / "test_mine.py").write_text(
-        "import pytest\n"
-        "from reference_impl.check import check_case\n"
-        "from user_norms import gemma_rms_norm\n\n\n"
-        "@pytest.mark.norm_model('gemma3_text', dtypes=('bf16',))\n"
-        "def test_my_norm(norm_case):\n"
-        "    check_case(gemma_rms_norm, norm_case, grads=False)\n")
+    shutil.copy(HERE / "marker_example.py", tmp_path / "test_mine.py")
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *_plugin_args(),
                         "--norm-impl", "user_norms:rounds_before_gain", "--norm-model", "gemma3_text",
                         "--norm-dtypes", "bf16", "--norm-no-grads", "test_mine.py"],

@@ -1,25 +1,6 @@
-"""A user's RMSNorm in the Gemma 3 order and two subtly wrong variants, as a kernel author would write them.
+"""A user's RMSNorm in the Gemma 3 order and two subtly wrong variants (their code is on the "Check your
+implementation" page, embedded from reference_impl/studies/check_example.py). Each takes ``(x, weight, eps)``
+with ``weight`` Gemma's stored offset (the gain is ``1 + weight``)."""
+from reference_impl.studies.check_example import eps_outside, gemma_rms_norm, rounds_before_gain
 
-Each takes ``(x, weight, eps)`` with ``weight`` Gemma's stored offset (the gain is ``1 + weight``)."""
-import torch
-
-
-def gemma_rms_norm(x, weight, eps):
-    """Right: normalize in float32, multiply by (1 + w) in float32, round once."""
-    xf = x.float()
-    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return (y * (1.0 + weight.float())).to(x.dtype)
-
-
-def rounds_before_gain(x, weight, eps):
-    """Wrong: rounds the normalized value to x's dtype before the gain (Llama's order)."""
-    xf = x.float()
-    y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-    return (y * (1.0 + weight.float())).to(x.dtype)
-
-
-def eps_outside(x, weight, eps):
-    """Wrong: eps added to the RMS, outside the square root."""
-    xf = x.float()
-    y = xf / (xf.pow(2).mean(-1, keepdim=True).sqrt() + eps)
-    return (y * (1.0 + weight.float())).to(x.dtype)
+__all__ = ["gemma_rms_norm", "rounds_before_gain", "eps_outside"]

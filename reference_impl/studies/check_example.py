@@ -1,0 +1,110 @@
+"""The "Check your implementation" page's example, run for real: ``python -m reference_impl.studies.check_example``.
+
+Writes ``docs/data/check_example.json``: :func:`reference_impl.check.check_norm` on a user's RMSNorm in the
+Gemma 3 order and on two subtly wrong variants of it (rounding before the gain; eps outside the root),
+against ``gemma3_text``. For each: the verdict, the table the kit prints for the failing cases, the
+diagnosis, and the catalog entry it equals (or the closest one). Deterministic (fixed seeds), a few seconds.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+
+from ..provenance import REPO, finish, python_closure, record
+
+OUT = REPO / "docs" / "data" / "check_example.json"
+COMMAND = "python -m reference_impl.studies.check_example"
+SOURCES = python_closure("reference_impl/studies/check_example.py", "reference_impl/check/kit.py",
+                         "reference_impl/check/cli.py")
+MODEL = "gemma3_text"
+DTYPES = ("bf16", "fp32")
+
+
+# --8<-- [start:user_norms]
+def gemma_rms_norm(x, weight, eps):
+    """Right: normalize in float32, multiply by (1 + w) in float32, round once (Gemma 3's order)."""
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return (y * (1.0 + weight.float())).to(x.dtype)
+
+
+def rounds_before_gain(x, weight, eps):
+    """Wrong: rounds the normalized value to x's dtype before the gain."""
+    xf = x.float()
+    y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return (y * (1.0 + weight.float())).to(x.dtype)
+
+
+def eps_outside(x, weight, eps):
+    """Wrong: eps added to the RMS, outside the square root."""
+    xf = x.float()
+    y = xf / (xf.pow(2).mean(-1, keepdim=True).sqrt() + eps)
+    return (y * (1.0 + weight.float())).to(x.dtype)
+# --8<-- [end:user_norms]
+
+
+FUNCTIONS = {"gemma_rms_norm": gemma_rms_norm, "rounds_before_gain": rounds_before_gain, "eps_outside": eps_outside}
+
+
+def run_one(fn) -> dict:
+    """One check, as the page shows it: verdict, failing rows' table, diagnosis, what it equals."""
+    from ..check import check_norm
+    from ..check.report import table
+
+    rep = check_norm(fn, MODEL, dtypes=DTYPES, raise_on_failure=False)
+    failed = rep.failures
+    return {
+        "ok": rep.ok, "cases": len(rep.results), "failed": len(failed),
+        "verdict": rep.summary().splitlines()[-1],
+        "table": table(failed) if failed else "",
+        "diagnosis": rep.diagnosis,
+        "matched": rep.match.matched if rep.match else None,
+        "closest": rep.match.closest if rep.match else None,
+        "closest_max_ulp": (rep.match.max_ulp.get(rep.match.closest) if rep.match and rep.match.closest else None),
+        "worst_err_ulp": max((r.err_ulp for r in rep.results if r.err_ulp is not None), default=None),
+        "worst_fraction_different": max((r.fraction_different for r in rep.results
+                                         if r.fraction_different is not None), default=None),
+        "truth": rep.truth,
+        "facts_from": rep.target.source,
+    }
+
+
+CLI_ARGS = ["reference_impl.studies.check_example:rounds_before_gain", "--model", MODEL, "--dtypes", ",".join(DTYPES),
+            "--failures"]
+
+
+def run_cli() -> tuple[int, str]:
+    """The command's exit status and everything it prints (run in this process, stdout captured)."""
+    import contextlib
+    import io
+
+    from ..check.cli import main as cli_main
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        rc = cli_main(CLI_ARGS)
+    return rc, buf.getvalue()
+
+
+def compute() -> dict:
+    rc, out = run_cli()
+    return {"model": MODEL, "dtypes": list(DTYPES),
+            "command": "python -m reference_impl.check " + " ".join(CLI_ARGS), "cli_exit_status": rc,
+            "cli_output": out.rstrip("\n"),
+            "runs": {name: run_one(fn) for name, fn in FUNCTIONS.items()}}
+
+
+def main(argv=None) -> int:
+    prov = record(COMMAND, SOURCES, packages=("torch", "numpy", "transformers"))
+    data = {"provenance": prov, **compute()}
+    finish(prov)
+    OUT.write_text(json.dumps(data, indent=1) + "\n")
+    runs = data["runs"]
+    print(f"wrote {OUT}: " + ", ".join(f"{k} {'ok' if v['ok'] else 'FAIL'}" for k, v in runs.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,12 @@
+"""The marker form of the kit's pytest plugin, as a user's test file (copied to a temporary project and run
+by tests/check/test_entry_points.py; its name keeps this repository's own run from collecting it)."""
+# --8<-- [start:marker]
+import pytest
+from reference_impl.check import check_case
+from user_norms import gemma_rms_norm
+
+
+@pytest.mark.norm_model("gemma3_text", dtypes=("bf16",))
+def test_my_norm(norm_case):
+    check_case(gemma_rms_norm, norm_case, grads=False)
+# --8<-- [end:marker]

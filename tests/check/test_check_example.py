@@ -1,0 +1,32 @@
+"""docs/data/check_example.json (the "Check your implementation" page's real run) against a fresh run."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from reference_impl.studies import check_example as E
+
+DATA = json.loads(E.OUT.read_text())
+
+
+@pytest.mark.guards("check.example")
+@pytest.mark.parametrize("name", ["rounds_before_gain", "eps_outside", "gemma_rms_norm"])
+def test_the_committed_run_reproduces(name):
+    fresh = E.run_one(E.FUNCTIONS[name])
+    stored = DATA["runs"][name]
+    for key in ("ok", "cases", "failed", "verdict", "table", "diagnosis", "matched", "closest", "closest_max_ulp"):
+        assert fresh[key] == stored[key], (name, key)
+    assert fresh["worst_err_ulp"] == pytest.approx(stored["worst_err_ulp"], rel=1e-12)
+
+
+@pytest.mark.guards("check.example")
+def test_the_page_shows_what_the_kit_says_about_the_wrong_variants():
+    runs = DATA["runs"]
+    assert runs["gemma_rms_norm"]["ok"] and runs["gemma_rms_norm"]["matched"] == "rms_norm.gemma"
+    assert not runs["rounds_before_gain"]["ok"] and runs["rounds_before_gain"]["matched"] == "rms_norm.llama"
+    assert "rounds before the gain: Llama's order" in runs["rounds_before_gain"]["diagnosis"]
+    assert not runs["eps_outside"]["ok"] and runs["eps_outside"]["closest"] == "rms_norm.gemma (eps outside)"
+    assert DATA["cli_exit_status"] == 1 and runs["rounds_before_gain"]["table"] in DATA["cli_output"]
+    rc, out = E.run_cli()
+    assert rc == DATA["cli_exit_status"] and out.rstrip("\n") == DATA["cli_output"]
