@@ -244,3 +244,17 @@ class _Lenient(yaml.SafeLoader):
 
 
 _Lenient.add_multi_constructor("", lambda loader, suffix, node: None)
+
+
+def test_an_archived_bench_run_gets_the_same_checks_except_the_source_hash(tmp_path):
+    """A machine's archived run keeps the hash of the kernels it measured (the page shows it as measured
+    with earlier kernels), but an impossible figure in it is refused like one in bench_cpu.json."""
+    from reference_impl.studies.bench import archive
+
+    path = sorted((DATA / "bench_cpu_machines").glob("*.json"))[0]
+    data = json.loads(path.read_text())
+    data["provenance"]["source_hash"] = "0123456789abcdef"  # measured with other kernels: allowed
+    assert archive.check_archived(_write(tmp_path, path.name, json.dumps(data)))["provenance"]["quick"] is False
+    i = _faster(data, 17000.0)
+    with pytest.raises(schemas.DataFileError, match=rf"{re.escape(path.name)}(?s:.*)\n  at results\.{i}\.gbps: .* times the copy"):
+        archive.check_archived(_write(tmp_path, path.name, json.dumps(data)))

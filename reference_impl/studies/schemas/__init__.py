@@ -153,12 +153,12 @@ def parse_json(text: str, where: str):
     return _plain(data)
 
 
-def check_invariants(data, name: str, where: str) -> None:
-    """Runs the physical and consistency checks of :mod:`.invariants` registered for ``name``; raises
-    DataFileError naming ``where`` and each field found wrong."""
+def check_invariants(data, name: str, where: str, exclude=()) -> None:
+    """Runs the physical and consistency checks of :mod:`.invariants` registered for ``name`` (less the
+    checks named in ``exclude``); raises DataFileError naming ``where`` and each field found wrong."""
     from .invariants import problems
 
-    found = problems(data, Path(name).name)
+    found = problems(data, Path(name).name, exclude)
     if found:
         lines = [f"  at {field}: {problem[:400]}" for field, problem in found[:10]]
         more = f"\n  ... and {len(found) - 10} more" if len(found) > 10 else ""

@@ -36,10 +36,13 @@ def invariant(*names: str):
     return register
 
 
-def problems(data, name: str) -> list[tuple[str, str]]:
-    """Every ``(dotted field, problem)`` the checks registered for ``name`` (and for every file) find."""
+def problems(data, name: str, exclude=()) -> list[tuple[str, str]]:
+    """Every ``(dotted field, problem)`` the checks registered for ``name`` (and for every file) find,
+    leaving out the checks named in ``exclude``."""
     out = []
     for fn in _CHECKS.get("*", []) + _CHECKS.get(name, []):
+        if fn.__name__ in exclude:
+            continue
         out.extend((field, problem) for field, problem in fn(data, name))
     return out
 
