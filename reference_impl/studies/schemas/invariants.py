@@ -43,7 +43,11 @@ def problems(data, name: str, exclude=()) -> list[tuple[str, str]]:
     for fn in _CHECKS.get("*", []) + _CHECKS.get(name, []):
         if fn.__name__ in exclude:
             continue
-        out.extend((field, problem) for field, problem in fn(data, name))
+        try:
+            out.extend((field, problem) for field, problem in fn(data, name))
+        except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError, AttributeError) as exc:
+            # a shape the schema let through but the check cannot read: refuse it, naming the check
+            out.append(("(top level)", f"{fn.__name__} cannot read this file ({type(exc).__name__}: {exc})"))
     return out
 
 
