@@ -121,7 +121,8 @@ def provenance_sources(data, name):
     sources = prov.get("sources")
     if not isinstance(sources, list):
         return
-    missing = [i for i, s in enumerate(sources) if not (isinstance(s, str) and (REPO / s).is_file())]
+    missing = [i for i, s in enumerate(sources) if not (isinstance(s, str) and not Path(s).is_absolute()
+                                                         and ".." not in Path(s).parts and (REPO / s).is_file())]
     for i in missing:
         yield f"provenance.sources.{i}", f"{sources[i]!r} does not exist in this repository"
     if missing or "source_hash" not in prov:
