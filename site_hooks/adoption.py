@@ -1,4 +1,5 @@
-"""``{{ adoption_table() }}``: which norm each model family uses, and the eps its released checkpoints ship.
+"""``{{ adoption_table() }}``: which norm each model family uses, and the eps its released checkpoints ship;
+``{{ placement_table() }}``: where the named families put their norms, from the census (docs/data/census.json).
 
 Rows of RMSNorm families (and GPT-NeoX, Cohere) take the norm class and casting convention from
 ``docs/data/numerics.json`` (read from the installed transformers by the numerics study); every row takes
@@ -71,13 +72,40 @@ def adoption_table_macro(ctx) -> str:
     return "\n".join(rows) + "\n"
 
 
+def _pipe(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
 @macro("placement_table")
 def placement_table_macro(ctx) -> str:
-    """Where each family puts its norms and what it does to q and k (``placement_families`` of
-    ``reference_impl/checkpoints.yaml``), with the transformers modules that show it."""
+    """Where each named family puts its norms and what it does to q and k: one row per family of
+    ``reference_impl.families.NAMES`` that the census traced, read from ``docs/data/census.json`` (the
+    norm modules of one decoder layer, in the order they run)."""
+    from reference_impl.families import NAMES, UNTRACED
+
+    from .census import PLACEMENT_WORDS, QK_WORDS, census
+
     ctx.guard_ids.append("adoption.placements")
-    rows = ["| family | placement | queries and keys | modules in transformers |", "|---|---|---|---|"]
-    for fam in checkpoint_list()["placement_families"]:
-        mods = ", ".join(f"`{m['path']}`" + (f" ({m['class']})" if m.get("class") else "") for m in fam["modules"])
-        rows.append(f"| {fam['family']} | {fam['placement']} | {fam['qk']} | `{fam['model_type']}`: {mods} |")
+    models = {m["model_type"]: m for m in census()["models"]}
+    notes = checkpoint_list().get("placement_notes") or {}
+    unknown = sorted(set(notes) - set(NAMES))
+    if unknown:
+        raise MacroError(f"reference_impl/checkpoints.yaml: placement_notes for {unknown}, which "
+                         f"reference_impl/families.py NAMES does not name")
+    rows = ["| family | placement | queries and keys | norm modules of one layer (`model_type`) | note |",
+            "|---|---|---|---|---|"]
+    for model_type, family in NAMES.items():
+        if model_type in UNTRACED:
+            continue  # not a decoder the census builds (T5): the adoption table has it
+        m = models.get(model_type)
+        if m is None:
+            raise MacroError(f"{ctx.src_path}: docs/data/census.json has no model type {model_type!r} "
+                             f"({family} in reference_impl/families.py NAMES)")
+        if m["status"] != "traced":
+            rows.append(f"| {family} | not traced: {_pipe(m['error'])} | | `{model_type}` | |")
+            continue
+        qk = QK_WORDS[m["qk_norm"]] + (f", {m['qk_rope']} RoPE" if m["qk_rope"] else "")
+        mods = ", ".join(f"`{mod}` ({cls})" for mod, cls in dict.fromkeys((e["module"], e["class"]) for e in m["layer"])) or "none"
+        placement = PLACEMENT_WORDS[m["placement"]] + (f" ({m['placement_note']})" if m["placement_note"] else "")
+        rows.append(f"| {family} | {_pipe(placement)} | {qk} | `{model_type}`: {mods} | {_pipe(notes.get(model_type, ''))} |")
     return "\n".join(rows) + "\n"

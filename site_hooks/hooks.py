@@ -12,6 +12,7 @@ from site_hooks import adoption, data, guards, ledger, mathsvg, placements, plot
 from site_hooks.macros import MacroError, PageContext, expand  # noqa: E402
 
 from site_hooks import bench, catalog, formulas, tables  # noqa: E402,F401  (benchmark, catalog, formula and table macros)
+from site_hooks import census  # noqa: E402,F401  (the "Find your model" page's macros)
 
 
 def on_pre_build(config):

@@ -15,8 +15,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
-FAMILIES = {f["family"]: f for f in
-            yaml.safe_load((REPO / "reference_impl" / "checkpoints.yaml").read_text())["placement_families"]}
+# the placement table's rows: the census's facts per model type, and the hand-kept notes with their sources
+NOTES = yaml.safe_load((REPO / "reference_impl" / "checkpoints.yaml").read_text())["placement_notes"]
 
 
 def _page(name: str) -> str:
@@ -180,13 +180,19 @@ def test_l2_norm_docstrings_say_unit_rms_for_llama4():
 def test_qk_diagram_groups_follow_the_installed_modules():
     from reference_impl.studies import placement_diagrams as PD
 
-    extent = {"head": "per head", "all_heads": "whole projection"}
+    import json
+
+    from reference_impl.families import NAMES
+
+    census = {m["model_type"]: m for m in json.loads((DOCS / "data" / "census.json").read_text())["models"]}
+    model_type = {family: t for t, family in NAMES.items()}
+    extent = {"per_head": "per head", "whole_projection": "whole projection"}
     seen = set()
     for where, families in PD.QK_GROUPS:
         for fam in families:
-            q_norm = [m for m in FAMILIES[fam]["modules"] if m["path"] == "self_attn.q_norm"]
-            assert q_norm, f"{fam}: no q_norm listed in checkpoints.yaml"
-            assert extent[q_norm[0]["size"]] == where, f"{fam} is drawn under {where!r}"
+            qk = census[model_type[fam]]["qk_norm"]
+            assert qk in extent, f"{fam}: the census finds QK-norm {qk!r}"
+            assert extent[qk] == where, f"{fam} is drawn under {where!r}"
             seen.add(fam)
     assert {"Qwen3", "Gemma 3", "OLMo 2"} <= seen
     svg = ET.fromstring(PD.render_all()["qk-norm.svg"])
@@ -200,14 +206,14 @@ def test_olmo1_row_names_the_qkv_clipping():
     src = inspect.getsource(olmo.OlmoAttention.forward)
     for name in ("query_states", "key_states", "value_states"):
         assert f"{name}.clamp_(min=-self.config.clip_qkv, max=self.config.clip_qkv)" in src
-    row = FAMILIES["OLMo 1"]["qk"]
+    row = NOTES["olmo"]
     assert "clip_qkv" in row and "0424" in row and "OLMo-1.7-7B.yaml" in row
     assert "clip_qkv" in _page("placements.md")
 
 
 def test_llama4_row_says_rms_not_l2():
-    assert "L2-normalization" not in FAMILIES["Llama 4"]["qk"]
-    assert "RMS normalization" in FAMILIES["Llama 4"]["qk"]
+    assert "L2-normalization" not in NOTES["llama4_text"]
+    assert "RMS normalization" in NOTES["llama4_text"]
 
 
 # --- Claims ledger: sources linked and named ---------------------------------------------------------

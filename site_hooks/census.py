@@ -1,0 +1,284 @@
+"""The "Find your model" page (docs/models.md), drawn from the census of the installed transformers
+(``docs/data/census.json``, written by ``python -m reference_impl.studies.census``).
+
+- ``{{ model_finder() }}``: the finder's markup and, embedded in the page, the census rows it needs (one
+  record per model type, the norm classes they use, the catalog entries with their section links, the code
+  to copy for each entry from ``reference_impl/standalone/`` and the implementations the conformance study
+  found bit-identical to it). ``docs/assets/javascripts/models.js`` draws the cards from that record; the
+  page loads nothing else.
+- ``{{ census_models_table() }}``: every model type as a plain Markdown table, so the site search holds each
+  model type and class name, and a reader without JavaScript still has the facts.
+- ``{{ census_catalog_split() }}``: how many model types use each catalog entry, linked to its section.
+
+A model type, class or catalog entry that the census names but this site does not know (a catalog entry that
+no longer exists, a class without its record) fails the build, naming the file and the field.
+"""
+from __future__ import annotations
+
+import html
+import json
+from collections import defaultdict
+from functools import lru_cache
+
+from . import data
+from .macros import MacroError, macro
+
+FILE = "census.json"
+CONFORMANCE = "conformance.json"
+PAGE_DEPTH = "../"  # docs/models.md is served at models/, so other pages are one folder up
+ROLES = ("input", "sublayer_output", "residual_sum", "q_per_head", "k_per_head", "q_whole", "k_whole", "latent",
+         "final", "embedding", "other")
+PLACEMENT_WORDS = {"pre": "a norm on each sub-layer's input (Pre-LN)",
+                   "post": "a norm on the residual stream after each addition (Post-LN)",
+                   "sandwich": "a norm on each sub-layer's input and on its output",
+                   "output": "a norm on each sub-layer's output only, before the addition",
+                   "other": "another arrangement"}
+QK_WORDS = {"none": "none", "per_head": "per head, on q and k", "whole_projection": "over the whole q and k projections",
+            "other": "other"}
+
+
+def clear_caches() -> None:
+    census.cache_clear()
+    page_record.cache_clear()
+
+
+@lru_cache(maxsize=1)
+def census() -> dict:
+    """docs/data/census.json, validated against its schema, with each model's records cross-checked."""
+    doc = data.load(FILE)
+    classes = {c["name"]: c for c in doc["classes"]}
+    catalog = _catalog()
+    for i, m in enumerate(doc["models"]):
+        for name in m["norm_classes"]:
+            if name not in classes:
+                raise MacroError(f"docs/data/{FILE}: models.{i} ({m['model_type']}) names norm class {name!r}, "
+                                 f"which has no record in classes")
+        for entry in m["catalog"]:
+            if entry is not None and base_entry(entry) not in catalog:
+                raise MacroError(f"docs/data/{FILE}: models.{i} ({m['model_type']}) names catalog entry {entry!r}, "
+                                 f"which reference_impl.norms.CATALOG does not have")
+    for i, c in enumerate(doc["classes"]):
+        if c.get("catalog") and base_entry(c["catalog"]) not in catalog:
+            raise MacroError(f"docs/data/{FILE}: classes.{i} ({c['name']}) names catalog entry {c['catalog']!r}, "
+                             f"which reference_impl.norms.CATALOG does not have")
+    return doc
+
+
+def _catalog():
+    from reference_impl.norms import CATALOG
+
+    return CATALOG
+
+
+def base_entry(name: str) -> str:
+    """'rms_norm.llama (eps outside)' -> 'rms_norm.llama': the catalog entry a census match names."""
+    return name.split(" (", 1)[0]
+
+
+def catalog_href(name: str, markdown: bool = False) -> str:
+    """Link from the models page to a catalog entry's section card: as the built page's URL (for the
+    script), or as a Markdown link to the source page (which the strict build checks, anchor included)."""
+    from .catalog import anchor
+
+    name = base_entry(name)
+    spec = _catalog()[name]
+    if markdown:
+        return spec.page + "#" + anchor(name)
+    return PAGE_DEPTH + spec.page[: -len(".md")] + "/#" + anchor(name)
+
+
+def standalone_code(entry: str) -> dict | None:
+    """The copyable code for a catalog entry: ``{"function", "file", "code"}``, the snippet region of the
+    function that ``reference_impl.standalone.BY_CATALOG`` names (its import line included), or None where
+    the package has none for that entry (the card then links to the catalog section only)."""
+    import importlib
+
+    try:
+        pkg = importlib.import_module("reference_impl.standalone")
+    except ModuleNotFoundError as exc:
+        if exc.name != "reference_impl.standalone":
+            raise
+        return None
+    fn_name = getattr(pkg, "BY_CATALOG", {}).get(entry)
+    if fn_name is None:
+        return None
+    where = getattr(pkg, "SNIPPETS", {}).get(fn_name)
+    if where is None:
+        raise MacroError(f"reference_impl.standalone.BY_CATALOG maps {entry!r} to {fn_name!r}, which SNIPPETS lacks")
+    rel, _, region = where.rpartition(":")
+    text = (data.REPO / rel).read_text()
+    start, end = f"# --8<-- [start:{region}]\n", f"# --8<-- [end:{region}]"
+    if start not in text or end not in text:
+        raise MacroError(f"{rel}: no snippet region {region!r} (reference_impl.standalone.SNIPPETS names it)")
+    code = text.split(start, 1)[1].split(end, 1)[0]
+    return {"function": fn_name, "file": rel, "code": code.strip("\n") + "\n"}
+
+
+def reproducers() -> dict[str, list[str]]:
+    """Convention -> labels of the implementations outside transformers that the conformance study found
+    bit-identical to it in every case it measured (cases it could not measure do not count either way)."""
+    try:
+        conf = data.load(CONFORMANCE)
+    except MacroError:
+        return {}
+    labels = {i["key"]: (i["label"], i["engine"]) for i in conf["implementations"]}
+    seen: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
+    for case in conf["cases"]:
+        for key, res in case["results"].items():
+            if "identical" in res:
+                seen[case["convention"]][key].append(bool(res["identical"]))
+    out = {}
+    for conv, by_impl in seen.items():
+        out[conv] = [f"{labels[k][0]} ({labels[k][1]})" for k, v in by_impl.items()
+                     if k in labels and v and all(v) and labels[k][1] != "Hugging Face transformers"]
+    return out
+
+
+def source_url(version: str, source: str, line: int | None = None) -> str:
+    url = f"https://github.com/huggingface/transformers/blob/v{version}/src/transformers/{source}"
+    return url + (f"#L{line}" if line else "")
+
+
+def _version(doc: dict) -> str:
+    prov = doc["provenance"]
+    v = prov.get("transformers") or (prov.get("versions") or {}).get("transformers")
+    if not v:
+        raise MacroError(f"docs/data/{FILE}: provenance names no transformers version")
+    return v
+
+
+def display_names() -> dict[str, str]:
+    from reference_impl.families import NAMES
+
+    return NAMES
+
+
+@lru_cache(maxsize=1)
+def page_record() -> dict:
+    """What the finder script needs, in one JSON-able record (short keys keep the page small)."""
+    doc = census()
+    version = _version(doc)
+    classes = {c["name"]: c for c in doc["classes"]}
+    names = display_names()
+    used_classes, used_entries = set(), set()
+    models = []
+    for m in sorted(doc["models"], key=lambda m: m["model_type"]):
+        used_classes.update(m["norm_classes"])
+        cats = [e for e in m["catalog"] if e is not None]
+        used_entries.update(cats)
+        models.append({
+            "t": m["model_type"], "name": names.get(m["model_type"], ""), "cfg": m["config_class"] or "",
+            "cls": m["model_class"] or "", "status": m["status"], "error": m["error"], "norms": m["norm_classes"],
+            "cat": cats, "pl": m["placement"] or "other", "pln": m["placement_note"], "qk": m["qk_norm"] or "none",
+            "rope": m["qk_rope"], "final": bool(m["final_norm"]), "extra": m["extra_norms"], "eps": m["eps"],
+            "eps_attr": m["eps_attr"], "src": source_url(version, m["source"]) if m["source"] else None,
+            "layer": [[e["module"], e["class"], e["role"], e["sublayer"], e.get("note")] for e in m["layer"]],
+        })
+    cls_out = {}
+    for name in sorted(used_classes):
+        c = classes[name]
+        cls_out[name] = {"src": source_url(version, c["source"], c["line"]) if c.get("source") else None,
+                         "file": c.get("source"), "line": c.get("line"), "cat": c["catalog"], "closest": c["closest"],
+                         "ulp": c["max_ulp"], "gain": c["gain"], "eps": c["eps_default"], "bias": c["bias"],
+                         "kind": c["kind"], "note": c["note"], "reason": c["reason"],
+                         "exception": c.get("exception")}
+        if c["catalog"]:
+            used_entries.add(c["catalog"])
+    catalog = _catalog()
+    repro = reproducers()
+    cat_out = {}
+    for entry in sorted(used_entries):
+        spec = catalog[base_entry(entry)]
+        code = standalone_code(base_entry(entry))
+        convs = [c for c in spec.conventions if c in repro]
+        cat_out[entry] = {"title": spec.title, "href": catalog_href(entry), "code": code,
+                          "same": sorted({label for c in convs for label in repro[c]})}
+    return {"transformers": version, "placement": PLACEMENT_WORDS, "qk": QK_WORDS,
+            "models": models, "classes": cls_out, "catalog": cat_out}
+
+
+def _embed(record: dict) -> str:
+    """JSON safe inside a <script> element (no '<', so no '</script>' can end it early)."""
+    return json.dumps(record, separators=(",", ":"), sort_keys=True).replace("<", "\\u003c")
+
+
+@macro("model_finder")
+def model_finder_macro(ctx) -> str:
+    ctx.guard_ids.append("census.models_page")
+    rec = page_record()
+    return (
+        '<div class="mf" id="model-finder" data-ready="false">\n'
+        '<div class="mf-pickers">\n'
+        '<div class="mf-picker" data-slot="a"><label for="mf-q-a">Model</label>'
+        '<input id="mf-q-a" class="mf-input" type="search" autocomplete="off" spellcheck="false" '
+        'placeholder="e.g. qwen3, Gemma 3, LlamaForCausalLM"><ul class="mf-results" role="listbox"></ul></div>\n'
+        '<div class="mf-picker" data-slot="b"><label for="mf-q-b">Compare with</label>'
+        '<input id="mf-q-b" class="mf-input" type="search" autocomplete="off" spellcheck="false" '
+        'placeholder="a second model (optional)"><ul class="mf-results" role="listbox"></ul></div>\n'
+        '</div>\n'
+        '<div class="mf-diff" hidden></div>\n'
+        '<div class="mf-cards"><div class="mf-card" data-slot="a" hidden></div>'
+        '<div class="mf-card" data-slot="b" hidden></div></div>\n'
+        '<noscript><p>The finder needs JavaScript; the table below lists every model type.</p></noscript>\n'
+        '</div>\n\n'
+        f'<script type="application/json" id="mf-data">{_embed(rec)}</script>\n'
+    )
+
+
+def _md(text) -> str:
+    return html.escape(str(text)).replace("|", "\\|")
+
+
+@macro("census_models_table")
+def census_models_table_macro(ctx) -> str:
+    """One row per model type: its name, classes, catalog entries, placement and QK-norm (plain text, so the
+    site search indexes every model type and class name)."""
+    rec = page_record()
+    rows = ["| model type | classes | norm | catalog | placement | QK-norm |", "|---|---|---|---|---|---|"]
+    for m in rec["models"]:
+        label = f"`{m['t']}`" + (f" ({_md(m['name'])})" if m["name"] else "")
+        if m["status"] != "traced":
+            rows.append(f"| {label} | {_md(m['cls'])}, {_md(m['cfg'])} | not traced: {_md(m['error'] or 'error')} | | | |")
+            continue
+        cat = ", ".join(f"[`{e}`]({catalog_href(e, markdown=True)})" for e in m["cat"]) or "none"
+        qk = m["qk"] + (f" ({m['rope']} RoPE)" if m["rope"] else "")
+        rows.append(f"| {label} | {_md(m['cls'])}, {_md(m['cfg'])} | {_md(', '.join(m['norms']) or '-')} | {cat} | "
+                    f"{_md(m['pl'])} | {_md(qk)} |")
+    return "\n".join(rows) + "\n"
+
+
+@macro("census_catalog_split")
+def census_catalog_split_macro(ctx) -> str:
+    """``counts.by_catalog`` as a sentence: each catalog entry (linked) with the number of model types that use
+    it, most used first."""
+    counts = census()["counts"]["by_catalog"]
+    catalog = _catalog()
+    parts = []
+    for entry, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if base_entry(entry) not in catalog:
+            raise MacroError(f"docs/data/{FILE}: counts.by_catalog names {entry!r}, which the catalog does not have")
+        parts.append(f"[`{entry}`]({catalog_href(entry, markdown=True)}) {n}")
+    if not parts:
+        raise MacroError(f"docs/data/{FILE}: counts.by_catalog is empty")
+    return ", ".join(parts)
+
+
+@macro("census_count")
+def census_count_macro(ctx, dotted: str) -> str:
+    """``{{ census_count("by_placement.pre") }}``: an integer from the census's ``counts``."""
+    node = census()["counts"]
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            raise MacroError(f"{ctx.src_path}: docs/data/{FILE} has no counts.{dotted}")
+        node = node[part]
+    if not isinstance(node, int) or isinstance(node, bool):
+        raise MacroError(f"{ctx.src_path}: docs/data/{FILE} counts.{dotted} is {node!r}, not a count")
+    return str(node)
+
+
+@macro("census_fact")
+def census_fact_macro(ctx, what: str) -> str:
+    """``{{ census_fact("transformers") }}``: the transformers version the census read."""
+    if what != "transformers":
+        raise MacroError(f"{ctx.src_path}: census_fact knows only 'transformers', not {what!r}")
+    return _version(census())
