@@ -123,6 +123,8 @@ IMPLAUSIBLE = [  # (case, file, edit of the parsed data or of the text, expected
      r"at per_token_bf16_d4096\.p8\.rms_sharded_bytes: 1000000000000\.0 bytes but the formula"),
     ("mean_not_of_its_values", "placements.json", _set("placements.pre.final.mean", lambda v: v - 0.5),
      r"at placements\.pre\.final\.mean: .* but the values give"),
+    ("final_loss_not_the_last", "training.json", _set("main.pre-ln.runs.1.final_val_loss", lambda v: v - 0.1),
+     r"at main\.pre-ln\.runs\.1\.final_val_loss: .* but the run's last recorded validation loss is"),
     ("negative_validation_loss", "training.json", _set("main.pre-rms.runs.0.final_val_loss", -0.25),
      r"at main\.pre-rms\.runs\.0\.final_val_loss: a loss of -0\.25"),
 ]

@@ -368,6 +368,26 @@ def losses(data, name):
             yield ".".join(path), f"a loss of {v} (a cross-entropy is never negative)"
 
 
+@invariant("training.json", "placements.json")
+def runs_and_their_summary(data, name):
+    """A run's final validation loss is the last one it recorded, and a configuration's ``final.values``
+    are its runs' final losses, seed by seed."""
+    for path, node in _dicts(data):
+        runs = node.get("runs")
+        if not (isinstance(runs, list) and runs and all(isinstance(r, dict) for r in runs)):
+            continue
+        where = ".".join(path)
+        for i, r in enumerate(runs):
+            curve = r.get("val_loss")
+            if isinstance(curve, list) and curve and "final_val_loss" in r and curve[-1] != r["final_val_loss"]:
+                yield f"{where}.runs.{i}.final_val_loss", (f"{r['final_val_loss']} but the run's last recorded "
+                                                           f"validation loss is {curve[-1]}")
+        final = node.get("final")
+        if isinstance(final, dict) and all("final_val_loss" in r for r in runs):
+            if final.get("values") != [r["final_val_loss"] for r in runs]:
+                yield f"{where}.final.values", "are not the runs' final validation losses, seed by seed"
+
+
 @invariant("*")
 def summary_statistics(data, name):
     """A summary ``{"values": [...], "n", "mean", "min", "max"}`` (and ``n_finite`` where given) describes
