@@ -10,39 +10,17 @@ from __future__ import annotations
 import json
 import sys
 
-import torch
-
 from ..provenance import REPO, finish, python_closure, record
+from .check_example_norms import eps_outside, gemma_rms_norm, rounds_before_gain
 
 OUT = REPO / "docs" / "data" / "check_example.json"
 COMMAND = "python -m reference_impl.studies.check_example"
-SOURCES = python_closure("reference_impl/studies/check_example.py", "reference_impl/check/kit.py",
-                         "reference_impl/check/cli.py")
+SOURCES = python_closure("reference_impl/studies/check_example.py", "reference_impl/studies/check_example_norms.py",
+                         "reference_impl/check/kit.py", "reference_impl/check/cli.py")
 MODEL = "gemma3_text"
 DTYPES = ("bf16", "fp32")
 
 
-# --8<-- [start:user_norms]
-def gemma_rms_norm(x, weight, eps):
-    """Right: normalize in float32, multiply by (1 + w) in float32, round once (Gemma 3's order)."""
-    xf = x.float()
-    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return (y * (1.0 + weight.float())).to(x.dtype)
-
-
-def rounds_before_gain(x, weight, eps):
-    """Wrong: rounds the normalized value to x's dtype before the gain."""
-    xf = x.float()
-    y = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-    return (y * (1.0 + weight.float())).to(x.dtype)
-
-
-def eps_outside(x, weight, eps):
-    """Wrong: eps added to the RMS, outside the square root."""
-    xf = x.float()
-    y = xf / (xf.pow(2).mean(-1, keepdim=True).sqrt() + eps)
-    return (y * (1.0 + weight.float())).to(x.dtype)
-# --8<-- [end:user_norms]
 
 
 FUNCTIONS = {"gemma_rms_norm": gemma_rms_norm, "rounds_before_gain": rounds_before_gain, "eps_outside": eps_outside}
@@ -66,12 +44,18 @@ def run_one(fn) -> dict:
         "worst_err_ulp": max((r.err_ulp for r in rep.results if r.err_ulp is not None), default=None),
         "worst_fraction_different": max((r.fraction_different for r in rep.results
                                          if r.fraction_different is not None), default=None),
+        "max_ulp_vs_module": max((r.max_ulp for r in rep.results if r.max_ulp is not None), default=None),
+        "failed_by_dtype": {dn: sum(1 for r in failed if r.dtype == dn) for dn in DTYPES},
+        "failing_scales_by_dtype": {dn: sorted({r.scale for r in failed if r.dtype == dn}) for dn in DTYPES},
+        "worst_err_scale": max((r for r in rep.results if r.err_ulp is not None), key=lambda r: r.err_ulp).scale,
+        "closest_equal_in": [dn for dn, names in (rep.match.by_dtype.items() if rep.match else ())
+                             if rep.match.closest in names],
         "truth": rep.truth,
         "facts_from": rep.target.source,
     }
 
 
-CLI_ARGS = ["reference_impl.studies.check_example:rounds_before_gain", "--model", MODEL, "--dtypes", ",".join(DTYPES),
+CLI_ARGS = ["reference_impl.studies.check_example_norms:rounds_before_gain", "--model", MODEL, "--dtypes", ",".join(DTYPES),
             "--failures"]
 
 

@@ -3,10 +3,10 @@ by tests/check/test_entry_points.py; its name keeps this repository's own run fr
 # --8<-- [start:marker]
 import pytest
 from reference_impl.check import check_case
-from user_norms import gemma_rms_norm
+from reference_impl.studies.check_example_norms import gemma_rms_norm as my_rms_norm  # your function here
 
 
 @pytest.mark.norm_model("gemma3_text", dtypes=("bf16",))
 def test_my_norm(norm_case):
-    check_case(gemma_rms_norm, norm_case, grads=False)
+    check_case(my_rms_norm, norm_case, grads=False)
 # --8<-- [end:marker]

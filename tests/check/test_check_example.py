@@ -15,7 +15,8 @@ DATA = json.loads(E.OUT.read_text())
 def test_the_committed_run_reproduces(name):
     fresh = E.run_one(E.FUNCTIONS[name])
     stored = DATA["runs"][name]
-    for key in ("ok", "cases", "failed", "verdict", "table", "diagnosis", "matched", "closest", "closest_max_ulp"):
+    for key in ("ok", "cases", "failed", "verdict", "table", "diagnosis", "matched", "closest", "closest_max_ulp",
+                "max_ulp_vs_module", "failed_by_dtype", "failing_scales_by_dtype", "worst_err_scale", "closest_equal_in"):
         assert fresh[key] == stored[key], (name, key)
     assert fresh["worst_err_ulp"] == pytest.approx(stored["worst_err_ulp"], rel=1e-12)
 
@@ -27,6 +28,12 @@ def test_the_page_shows_what_the_kit_says_about_the_wrong_variants():
     assert not runs["rounds_before_gain"]["ok"] and runs["rounds_before_gain"]["matched"] == "rms_norm.llama"
     assert "rounds before the gain: Llama's order" in runs["rounds_before_gain"]["diagnosis"]
     assert not runs["eps_outside"]["ok"] and runs["eps_outside"]["closest"] == "rms_norm.gemma (eps outside)"
+    # what the page says in words: in bfloat16 only the tiny rows fail; rounding before the gain fails every
+    # bfloat16 case by at most one ulp and no float32 case
+    assert runs["eps_outside"]["failing_scales_by_dtype"]["bf16"] == [1e-4]
+    assert runs["eps_outside"]["worst_err_scale"] == 1e-4
+    assert runs["rounds_before_gain"]["failed_by_dtype"] == {"bf16": runs["rounds_before_gain"]["failed"], "fp32": 0}
+    assert runs["rounds_before_gain"]["max_ulp_vs_module"] == 1
     assert DATA["cli_exit_status"] == 1 and runs["rounds_before_gain"]["table"] in DATA["cli_output"]
     rc, out = E.run_cli()
     assert rc == DATA["cli_exit_status"] and out.rstrip("\n") == DATA["cli_output"]
