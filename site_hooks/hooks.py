@@ -9,6 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mkdocs.exceptions import PluginError  # noqa: E402
 
 from site_hooks import adoption, data, guards, ledger, mathsvg, placements, plots, wording  # noqa: E402,F401  (registers macros)
+from site_hooks import searchtext  # noqa: E402  (formulas as plain text in the search index)
 from site_hooks.macros import MacroError, PageContext, expand  # noqa: E402
 
 from site_hooks import bench, catalog, formulas, tables  # noqa: E402,F401  (benchmark, catalog, formula and table macros)
@@ -36,6 +37,19 @@ def on_page_markdown(markdown, page, config, files):
     return out + guards.page_footer(ctx)
 
 
+# Search ranks a notebook below the pages it illustrates: its code and output repeat their words many times
+# (a page's own ``search: boost:`` front matter does this for Markdown pages; notebooks have none).
+NOTEBOOK_SEARCH_BOOST = 0.5
+
+
+def on_page_content(html, page, config, files):
+    # runs before the search plugin indexes the page (on_page_context)
+    if page.file.src_path.endswith(".ipynb"):
+        search = page.meta.setdefault("search", {}) if isinstance(page.meta, dict) else {}
+        search.setdefault("boost", NOTEBOOK_SEARCH_BOOST)
+    return html
+
+
 def on_post_page(output, page, config):
     try:
         return mathsvg.render_page(output, page.file.src_path)
@@ -45,3 +59,8 @@ def on_post_page(output, page, config):
 
 def on_post_build(config):
     mathsvg.clear_caches()
+    # hooks run after the plugins listed in mkdocs.yml, so the search plugin has written its index by now
+    try:
+        searchtext.rewrite_index(config["site_dir"])
+    except ValueError as exc:
+        raise PluginError(str(exc)) from exc
