@@ -18,7 +18,8 @@ from pathlib import Path
 SYMBOLS = {
     "varepsilon": "epsilon", "varphi": "phi", "ell": "ℓ", "nabla": "∇", "partial": "∂", "sum": "Σ", "prod": "Π", "infty": "∞", "cdot": "·", "times": "×", "odot": "⊙",
     "circ": "∘", "pm": "±", "mp": "∓", "le": "≤", "leq": "≤", "ge": "≥", "geq": "≥", "ne": "≠", "neq": "≠",
-    "approx": "≈", "equiv": "≡", "sim": "~", "propto": "∝", "to": "→", "rightarrow": "→", "leftarrow": "←",
+    "approx": "≈", "gg": "≫", "ll": "≪", "ast": "*", "mid": "|", "perp": "⊥", "otimes": "⊗", "oplus": "⊕",
+    "equiv": "≡", "sim": "~", "propto": "∝", "to": "→", "rightarrow": "→", "leftarrow": "←",
     "mapsto": "↦", "in": "∈", "subset": "⊂", "cup": "∪", "cap": "∩", "forall": "∀", "exists": "∃",
     "dots": "…", "ldots": "…", "cdots": "⋯", "vdots": "⋮", "ddots": "⋱", "top": "ᵀ", "lVert": "‖",
     "rVert": "‖", "Vert": "‖", "|": "‖", "lvert": "|", "rvert": "|", "langle": "⟨", "rangle": "⟩",
