@@ -147,11 +147,17 @@ def main(argv=None) -> int:
     p.add_argument("--block-steps", type=int, default=8, help="decoder-layer steps per round")
     p.add_argument("--reanalyse", type=Path, default=None,
                    help="recompute comparisons, targets, tables and plots from the raw records of an existing file")
+    p.add_argument("--plots-only", action="store_true",
+                   help="redraw the plots from the data file (--out) without measuring or changing it")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     # a smoke run never replaces the committed measurement unless --out names it
     args.out = args.out or (QUICK_OUT if args.quick else OUT)
     args.plots = args.plots or (QUICK_PLOTS if args.quick else PLOTS)
+    if args.plots_only:
+        written = plot(json.loads(args.out.read_text()), args.plots)
+        print(f"redrew {len(written)} plots from {args.out} into {args.plots}")
+        return 0
     if args.reanalyse:
         data = reanalyse(json.loads(args.reanalyse.read_text()), args.plots)
         args.out.write_text(json.dumps(data, indent=1) + "\n")

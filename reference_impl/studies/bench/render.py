@@ -155,6 +155,7 @@ def _bars(theme, idx, panels, shapes, impls, labels, colors, xlabel, title, valu
                     hi.append((rec["gbps_max"] - rec["gbps"]) * scale)
             if ys:
                 ax.barh(ys, xs, height, xerr=[lo, hi], capsize=1.5, label=labels[impl] if n == 0 else None,
+                        ecolor=plotstyle.ink(theme),
                         color=colors[impl], hatch="//" if impl in CEILINGS else None,
                         edgecolor=plotstyle.muted(theme) if impl in CEILINGS else None, linewidth=0.4)
         ax.set_yticks([i + 0.4 - height / 2 for i in range(len(shapes))], [f"{r}x{d}" for r, d in shapes])
@@ -164,7 +165,8 @@ def _bars(theme, idx, panels, shapes, impls, labels, colors, xlabel, title, valu
         ax.grid(True, axis="x", alpha=0.5)
         if value == "ratio_copy":
             ax.axvline(1.0, color=plotstyle.muted(theme), linewidth=1.0, linestyle="--")
-    fig.legend(loc="outside lower center", ncols=1)
+    # above the panels: a figure taller than a screen would hide a legend below it from the first panel
+    fig.legend(loc="outside upper center", ncols=1)
     return fig
 
 
