@@ -164,7 +164,7 @@ def page_record() -> dict:
     models = []
     for m in sorted(doc["models"], key=lambda m: m["model_type"]):
         used_classes.update(m["norm_classes"])
-        cats = [e for e in m["catalog"] if e is not None]
+        cats = list(dict.fromkeys(e for e in m["catalog"] if e is not None))  # one per entry, in class order
         used_entries.update(cats)
         models.append({
             "t": m["model_type"], "name": names.get(m["model_type"], ""), "cfg": m["config_class"] or "",
@@ -249,8 +249,8 @@ def census_models_table_macro(ctx) -> str:
 
 @macro("census_catalog_split")
 def census_catalog_split_macro(ctx) -> str:
-    """``counts.by_catalog`` as a sentence: each catalog entry (linked) with the number of model types that use
-    it, most used first."""
+    """``counts.by_catalog`` as a sentence: each catalog entry (linked) with the number of norm classes that
+    equal it bit for bit, most first."""
     counts = census()["counts"]["by_catalog"]
     catalog = _catalog()
     parts = []

@@ -175,7 +175,8 @@
     var classes = m.norms.map(function (n) {
       var c = data.classes[n];
       var src = c && c.src ? link(c.src, c.file + ":" + c.line) : null;
-      return el("span", { className: "mf-class" }, [code(n), src ? " (" : "", src, src ? ")" : ""]);
+      var entry = c && c.cat ? [" \u2192 ", link(data.catalog[c.cat].href, c.cat)] : [" \u2192 no catalog entry"];
+      return el("span", { className: "mf-class" }, [code(n), src ? " (" : "", src, src ? ")" : ""].concat(entry));
     });
     row("norm class", classes.length ? joinNodes(classes) : "none found");
     var cats = m.cat.map(function (e) {
