@@ -58,15 +58,25 @@ def _kind_of(entry: str) -> str:
         return "layer"
     if entry in ("l2_norm", "llama4_l2_norm"):
         return "l2"
-    raise ValueError(f"the kit checks RMSNorm, LayerNorm and L2 norms; catalog entry {entry!r} is none of them")
+    raise ValueError(f"the kit checks RMSNorm (also QK-norm and the fused residual add), LayerNorm and L2 norms; "
+                     f"catalog entry {entry!r} is none of them")
 
 
 def _entry_for(convention: str) -> tuple[str, str]:
     """A convention name -> (catalog entry, eps placement)."""
     from ..norms import CATALOG
 
+    if isinstance(convention, str) and convention.endswith(" (eps outside)"):  # a matching candidate's name
+        entry, _ = _entry_for(convention[: -len(" (eps outside)")])
+        return entry, "outside"
     if convention in CATALOG:
         spec = CATALOG[convention]
+        conv = spec.params.get("convention", "reference")
+        if convention.startswith("qk_norm."):  # an RMSNorm over head_dim, x given as (..., heads, head_dim)
+            return ("rms_norm" if conv == "reference" else f"rms_norm.{conv}"), "inside"
+        if convention == "fused_add_rms_norm":  # check with residual=True
+            return f"rms_norm.{conv}", "inside"
+        _kind_of(convention)  # refuses the entries the kit does not check, naming them
         return convention, spec.params.get("eps_placement", "inside")
     for prefix in ("rms_norm.", "layer_norm."):
         if prefix + convention in CATALOG:

@@ -10,3 +10,8 @@ from reference_impl.studies.check_example_norms import gemma_rms_norm as my_rms_
 def test_my_norm(norm_case):
     check_case(my_rms_norm, norm_case, grads=False)
 # --8<-- [end:marker]
+
+
+def test_with_the_fixture(norm_check):
+    """The plugin's norm_check fixture is check_norm."""
+    assert norm_check(my_rms_norm, model="gemma3_text", dtypes=("bf16",), grads=False).ok

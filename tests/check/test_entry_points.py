@@ -71,8 +71,8 @@ def test_the_pytest_plugin_expands_into_one_test_per_case(tmp_path):
                        cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
     out = p.stdout
     assert p.returncode == 1, out + p.stderr
-    # 22 marked cases pass; the wrong variant fails its 22 cases and the diagnosis test
-    assert "23 failed, 22 passed" in out, out[-2000:]
+    # 22 marked cases and the fixture's test pass; the wrong variant fails its 22 cases and the diagnosis test
+    assert "23 failed, 23 passed" in out, out[-2000:]
     assert "norm-check[user_norms:rounds_before_gain]::bf16-wbf16-4x33-s1" in out
     assert "rounds before the gain: Llama's order" in out
 

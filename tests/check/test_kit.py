@@ -171,6 +171,13 @@ def test_convention_overrides_and_eps():
     rep = check_norm(lambda x, w, eps: cv.rms_norm(x, w, eps, convention="reference", eps_placement="outside"),
                      convention="rms_norm.eps_outside", dtypes=("bf16",))
     assert rep.ok and rep.match.matched == "rms_norm.eps_outside"
+    # catalog entries that are an RMSNorm in another arrangement, and candidate names, are accepted
+    assert models.resolve(convention="qk_norm.per_head_gemma").entry == "rms_norm.gemma"
+    assert models.resolve(convention="fused_add_rms_norm").entry == "rms_norm.llama"
+    t = models.resolve(convention="rms_norm.gemma (eps outside)")
+    assert (t.entry, t.placement, t.candidate) == ("rms_norm.gemma", "outside", "rms_norm.gemma (eps outside)")
+    with pytest.raises(ValueError, match="catalog entry 'dyt' is none of them"):
+        models.resolve(convention="dyt")
 
 
 # ------------------------------------------------------------------------------------------ where facts come from
