@@ -159,3 +159,30 @@ def discover() -> tuple[list[Found], list]:
         src, line = source_of(cls)
         out.append(Found(cls, attr, cls.__module__, src, line, eps_default(cls), sorted(torch_users[attr])))
     return out, failed
+
+
+def found_from(module: str, name: str) -> Found:
+    """One class as :func:`discover` records it, from its module and name (the tests re-probe a few)."""
+    cls = getattr(importlib.import_module(module), name)
+    src, line = source_of(cls)
+    return Found(cls, name, module, src, line, eps_default(cls))
+
+
+def scan_names() -> dict[str, str]:
+    """Norm class names defined in the modeling files' text, without importing them: name -> file. A cheap
+    check that the committed census still covers the installed transformers."""
+    import transformers.models as tm
+
+    out = {}
+    root = tm.__path__[0]
+    for folder in sorted(os.listdir(root)):
+        path = os.path.join(root, folder)
+        if not os.path.isdir(path):
+            continue
+        for fname in sorted(os.listdir(path)):
+            if fname.startswith("modeling_") and fname.endswith(".py"):
+                with open(os.path.join(path, fname), encoding="utf-8") as fh:
+                    for m in re.finditer(r"^class (\w+)\(", fh.read(), re.M):
+                        if is_norm_name(m.group(1)):
+                            out.setdefault(m.group(1), f"models/{folder}/{fname}")
+    return out

@@ -27,11 +27,11 @@ def _short(e: BaseException) -> str:
 
 
 def config_eps(cfg) -> tuple[float | None, str | None]:
-    for target in (getattr(cfg, "text_config", None), cfg):
+    for target in (vars(cfg).get("text_config"), cfg):
         if target is None:
             continue
         for attr in EPS_ATTRS:
-            v = getattr(target, attr, None)
+            v = vars(target).get(attr)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 return float(v), attr
     return None, None
@@ -119,6 +119,8 @@ def _role(c, layer, subs, linears, adds, hidden, head_dim, rel, rope=()):
                 return "latent", "attention", f"on the output of {pname}"
         if which is None and proj is None:
             which = _qk_name(rel.split(".")[-1])
+        if which is None and pname and re.search(r"(^|_)v(_|$)|v_proj|value", pname):
+            return "other", "attention", f"a norm on the values (the output of {pname}), width {width}"
         if which and head_dim and width == head_dim:
             return f"{which}_per_head", "attention", None
         if which and head_dim and width % head_dim == 0:
@@ -209,17 +211,25 @@ def place(model_type: str, norm_types: tuple, class_catalog: dict) -> dict:
         rec["eps"], rec["eps_attr"] = config_eps(base)
         cfg = shrink(base)
         torch.manual_seed(0)
-        model = cls(cfg).float().eval()
+        try:
+            model = cls(cfg).float().eval()
+        except Exception:
+            # a causal-LM class that takes the text part of a multimodal config
+            if vars(cfg).get("text_config") is None:
+                raise
+            torch.manual_seed(0)
+            cfg = cfg.text_config
+            model = cls(cfg).float().eval()
         norm_types = tuple(set(norm_types) | {type(m) for m in model.modules() if is_norm_name(type(m).__name__)})
-        text = getattr(cfg, "text_config", None) or cfg
-        vocab = min(int(getattr(text, "vocab_size", 128) or 128), 128)
+        text = vars(cfg).get("text_config") or cfg
+        vocab = min(int(_get(text, "vocab_size") or 128), 128)
         ids = torch.randint(3, max(4, vocab - 1), (1, TOKENS))
         tr = Trace(model, norm_types).run(rope_owner=sys.modules[cls.__module__], input_ids=ids)
         prefix, n = _layers(tr)
         first = tr.model.get_submodule(f"{prefix}.0")
         hidden = _hidden(tr, prefix)
-        head_dim = getattr(text, "head_dim", None) or (hidden // getattr(text, "num_attention_heads", 1)
-                                                       if getattr(text, "num_attention_heads", None) else None)
+        heads = _get(text, "num_attention_heads")
+        head_dim = _get(text, "head_dim") or (hidden // heads if isinstance(heads, int) and heads else None)
         rows, layer = classify_layer(tr, prefix, hidden, head_dim)
         others = [classify_layer(tr, prefix, hidden, head_dim, i) for i in range(1, n)]
         qk_rows, qk_layer = rows, layer
@@ -260,6 +270,15 @@ def place(model_type: str, norm_types: tuple, class_catalog: dict) -> dict:
         rec.update(status="error", error=_short(exc), placement=None, qk_norm=None, final_norm=None, layer=[],
                    norm_classes=[], catalog=[], extra_norms=[])
     return rec
+
+
+def _get(cfg, name):
+    """An attribute of a config, None when it is absent or ambiguous (per-layer attributes raise)."""
+    try:
+        v = getattr(cfg, name, None)
+    except Exception:
+        v = vars(cfg).get(name)
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
 def _hidden(tr: Trace, prefix: str) -> int:

@@ -88,7 +88,7 @@ def build(found: Found, width: int, eps: float | None = None) -> torch.nn.Module
             value = _config_for(found, p.annotation, width)
         elif p.name in ("group_size",):
             value = width
-        elif p.name in ("n_groups", "num_groups"):
+        elif p.name in ("n_groups", "num_groups", "num_heads"):
             value = 1
         elif p.name in ("eps", "epsilon") and eps is not None:
             value = eps
@@ -96,12 +96,13 @@ def build(found: Found, width: int, eps: float | None = None) -> torch.nn.Module
             continue
         else:
             raise ProbeError(f"its constructor needs {p.name!r}, which no generic strategy provides")
-        if p.kind == p.KEYWORD_ONLY:
-            kwargs[p.name] = value
-        else:
+        if p.kind == p.POSITIONAL_ONLY:
             args.append(value)
-    if not params and found.cls.__init__ is torch.nn.Module.__init__:
-        pass
+        else:  # by name: a default skipped before it must not shift it
+            kwargs[p.name] = value
+    width_given = any(p.name in _WIDTH_ARGS for p in params)
+    if not width_given and any(p.kind == p.VAR_POSITIONAL for p in params):
+        args.insert(0, width)   # a subclass that passes *args on (to nn.LayerNorm's normalized_shape)
     try:
         module = cls(*args, **kwargs)
     except Exception as exc:
@@ -123,6 +124,7 @@ class Storage:
     gain_name: str | None
     bias_name: str | None
     eps: float | None
+    offset: bool = False  # probes carry the gain g; the class stores g - 1 (exact for g in [0.5, 2])
 
 
 def storage(found: Found, module: torch.nn.Module, width: int) -> Storage:
@@ -137,7 +139,7 @@ def storage(found: Found, module: torch.nn.Module, width: int) -> Storage:
     if g is None:
         others = [n for n, t in module.named_parameters(recurse=False)]
         gain = "other" if others else "none"
-    elif _ONE_PLUS.search(src) or (bool(torch.all(g == 0)) and not _ONE_PLUS.search(src) and "weight" in src):
+    elif _ONE_PLUS.search(src):
         gain = "1+w"
     else:
         gain = "w"
@@ -147,6 +149,12 @@ def storage(found: Found, module: torch.nn.Module, width: int) -> Storage:
             v = getattr(module, name, None)
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 eps = float(v)
+                break
+    if eps is None:  # a norm built around a torch module (nn.LayerNorm(..., elementwise_affine=False))
+        for sub in module.modules():
+            v = getattr(sub, "eps", None)
+            if sub is not module and isinstance(v, float):
+                eps = v
                 break
     if eps is None:
         m = re.search(r"eps\s*=\s*([0-9.]+e-?[0-9]+|[0-9]*\.[0-9]+)", src)
@@ -158,14 +166,35 @@ def storage(found: Found, module: torch.nn.Module, width: int) -> Storage:
 def _set(module, st: Storage, weight, bias):
     with torch.no_grad():
         if st.gain_name is not None and weight is not None:
-            getattr(module, st.gain_name).data = weight.clone()
+            w = weight - 1 if st.offset else weight
+            if st.offset and not torch.equal(w + 1, weight):
+                raise ProbeError("the gain g - 1 is not exact in the weight's dtype")
+            getattr(module, st.gain_name).data = w.clone()
         if st.bias_name is not None:
             b = getattr(module, st.bias_name)
             b.data = (torch.zeros_like(b) if bias is None else bias.clone())
 
 
+GATE = 32.0   # silu(32) = 32 and sigmoid(32) = 1 exactly in float32: the gate multiply is exact there
+
+
+def needs_gate(cls) -> bool:
+    try:
+        params = inspect.signature(cls.forward).parameters
+    except (TypeError, ValueError):
+        return False
+    return "gate" in params
+
+
 def _call(module, x):
-    out = module(x)
+    if getattr(module, "_census_gate", None):
+        g = torch.full_like(x, GATE)
+        return _call_plain(module, x, g) / module._census_gate
+    return _call_plain(module, x)
+
+
+def _call_plain(module, x, gate=None):
+    out = module(x) if gate is None else module(x, gate=gate)
     if isinstance(out, (tuple, list)):
         out = out[0]
     if not isinstance(out, torch.Tensor) or out.shape != x.shape:
@@ -238,6 +267,13 @@ def probe_class(found: Found, widths=WIDTHS, dtypes=DTYPES) -> ClassResult:
     try:
         modules = {d: build(found, d, eps_arg) for d in widths}
         st = storage(found, modules[widths[-1]], widths[-1])
+        gated = needs_gate(found.cls)
+        if gated:
+            for m in modules.values():
+                m._census_gate = _gate_factor(m, widths[-1] if m is modules[widths[-1]] else widths[0])
+        shape_reason = _not_rowwise(modules[widths[-1]], widths[-1])
+        if shape_reason:
+            return _fail(found, _name_kind(found.name), shape_reason)
         kind = kind_of(modules[widths[-1]], st, widths[-1])
     except ProbeError as exc:
         return _fail(found, _name_kind(found.name), f"could not be probed: {exc}", in_scope=True)
@@ -254,11 +290,15 @@ def probe_class(found: Found, widths=WIDTHS, dtypes=DTYPES) -> ClassResult:
                      "mean and unit variance", in_scope=True, **common)
     if st.gain == "other":
         return _fail(found, kind, "stores its gain in a shape other than (width,)", in_scope=True, **common)
+    probe_gain = st.gain
+    if kind == "layer" and st.gain == "1+w":   # the catalog's LayerNorms take the gain itself: store g - 1
+        probe_gain = "w"
+        st.offset = True
     ran, probes = [], []
     for dt in dtypes:
         # torch.nn.LayerNorm's kernel (the neox candidate) takes a gain in x's dtype only
         wdts = [dt] if kind == "layer" else sorted({torch.float32, dt}, key=str)
-        ps = matching.make_probes(list(widths), [dt], wdts, gain=st.gain,
+        ps = matching.make_probes(list(widths), [dt], wdts, gain=probe_gain,
                                   bias=st.bias_name is not None, eps=eps if eps is not None else 1e-6)
         try:
             for p in ps[:1]:
@@ -275,16 +315,74 @@ def probe_class(found: Found, widths=WIDTHS, dtypes=DTYPES) -> ClassResult:
 
     m = matching.match(run, probes, kind)
     note = None if eps is not None else "no eps found in its signature, instance or source; probed with 1e-6"
+    if st.offset:
+        note = ((note + "; ") if note else "") + "stores w and applies 1 + w; probed with the gain g stored as g - 1 " \
+            "(exact for the probes' gains)"
+    if gated:
+        factor = modules[widths[-1]]._census_gate
+        if factor == 1.0:
+            gate_note = (f"gated: probed with gate = {GATE:g}, where the output does not change with the gate (a "
+                         "sigmoid gate is exactly 1 there, or the gate is applied before the normalization)")
+        else:
+            gate_note = (f"gated: probed with gate = {GATE:g}, where silu(gate) = {factor:g} exactly, and the output "
+                         f"divided by {factor:g}: the comparison is of the normalization before the gate")
+        note = ((note + "; ") if note else "") + gate_note
     if eps_arg is not None:
         note = "built with eps=1e-6 (its default, None, picks eps by dtype)"
     if len(ran) < len(dtypes):
         skipped = ", ".join(str(d).replace("torch.", "") for d in dtypes if d not in ran)
         note = ((note + "; ") if note else "") + f"raises for {skipped} input"
     closest_ulp = m.max_ulp.get(m.closest) if m.closest else None
+    dts = [str(d).replace("torch.", "") for d in ran]
+    if gated:  # the catalog has no gate: never claimed as a match, the norm part is the closest entry
+        if m.matched:
+            note += f"; the normalization before the gate equals {m.matched} bit for bit; no catalog entry has the gate"
+        else:
+            note += "; " + m.description
+        return ClassResult(kind, True, None, None, m.matched or m.closest, 0 if m.matched else closest_ulp, eps,
+                           st.gain, gain_dtype, st.bias_name is not None, dts, note)
     return ClassResult(kind, True, None, m.matched, m.closest if not m.matched else m.matched,
                        None if m.matched else closest_ulp, eps, st.gain, gain_dtype, st.bias_name is not None,
                        [str(d).replace("torch.", "") for d in ran], note if m.matched else
                        ((note + "; ") if note else "") + m.description)
+
+
+def _gate_factor(module, width) -> float:
+    """What a gate of 32 multiplies by: 32 (silu), 1 (sigmoid); anything else cannot be divided out exactly."""
+    x = torch.randn(3, width, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        a = _call_plain(module, x, torch.full_like(x, GATE))
+        b = _call_plain(module, x, torch.full_like(x, 2 * GATE))
+    if torch.equal(a, b):
+        return 1.0
+    if torch.equal(b, 2 * a):
+        return GATE
+    raise ProbeError("its gate's activation is neither silu nor sigmoid at 32, so the gate cannot be divided out "
+                     "exactly")
+
+
+def _not_rowwise(module, width) -> str | None:
+    """A reason when the class does not map (rows, width) to a normalized (rows, width)."""
+    x = torch.randn(5, width, generator=torch.Generator().manual_seed(3))
+    try:
+        with torch.no_grad():
+            out = module(x)
+        out = out[0] if isinstance(out, (tuple, list)) else out
+    except Exception:
+        out = None
+    if isinstance(out, torch.Tensor) and out.shape == (5, 1):
+        return "returns each row's inverse RMS (a statistic the model multiplies in later), not a normalized tensor"
+    if isinstance(out, torch.Tensor) and out.shape == x.shape:
+        return None
+    for shape in ((2, width, 3, 3), (2, width, 5)):
+        try:
+            with torch.no_grad():
+                y = module(torch.randn(*shape, generator=torch.Generator().manual_seed(4)))
+        except Exception:
+            continue
+        if isinstance(y, torch.Tensor) and y.shape == shape:
+            return f"normalizes over the channel dimension of a channels-first {len(shape)}-d tensor (image or audio)"
+    return None
 
 
 def _run_on(modules, st: Storage, p):

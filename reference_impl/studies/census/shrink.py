@@ -37,7 +37,7 @@ SIZES = {
     "qk_head_dim": 16,
     # state-space and linear-attention mixers
     "mamba_d_state": 8, "state_size": 8, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_headdim": 16,
-    "mamba_expand": 2, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
+    "mamba_expand": 1, "expand": 1, "rotary_dim": 8, "rotary_emb_dim": 8, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
     "linear_value_head_dim": 16, "ssm_state_size": 8, "time_step_rank": 8, "conv_kernel": 4,
     "mamba_n_groups": 1, "n_groups": 1,
     # windows and chunking
@@ -62,52 +62,64 @@ def _keep(old_layers: int, types) -> list[int]:
 def _cut_lists(cfg, old_layers: int | None) -> int:
     if not old_layers:
         return LAYERS
-    types = getattr(cfg, "layer_types", None)
+    types = vars(cfg).get("layer_types")
     types = list(types) if isinstance(types, (list, tuple)) and len(types) == old_layers else None
     keep = _keep(old_layers, types)
     for name, value in list(vars(cfg).items()):
         if isinstance(value, (list, tuple)) and len(value) == old_layers and name not in SIZES:
-            setattr(cfg, name, type(value)(value[i] for i in keep))
+            _set(cfg, name, type(value)(value[i] for i in keep))
     return len(keep)
 
 
 def _old_layers(cfg) -> int | None:
     for name in ("num_hidden_layers", "num_layers", "n_layer", "n_layers"):
-        v = getattr(cfg, name, None)
+        v = vars(cfg).get(name)
         if isinstance(v, int) and v > 0:
             return v
     return None
+
+
+def _set(cfg, name, value) -> None:
+    try:
+        setattr(cfg, name, value)
+    except Exception:  # a read-only property on some configs
+        pass
+
+
+_MAY_BE_NONE = ("head_dim", "kv_channels")
 
 
 def shrink(cfg, depth: int = 0):
     """A copy of ``cfg`` with every size attribute it has set small (sub-configs too)."""
     cfg = copy.deepcopy(cfg) if depth == 0 else cfg
     old = _old_layers(cfg)
+    own = vars(cfg)
     for name, value in SIZES.items():
-        if name in vars(cfg) and isinstance(getattr(cfg, name, None), int) and not isinstance(getattr(cfg, name),
-                                                                                               bool):
-            setattr(cfg, name, value)
+        if name not in own:
+            continue
+        v = own[name]
+        if (isinstance(v, int) and not isinstance(v, bool)) or (v is None and name in _MAY_BE_NONE):
+            _set(cfg, name, value)
+    vocab = own.get("vocab_size")
+    for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id"):
+        v = own.get(name)
+        if isinstance(v, int) and isinstance(vocab, int) and v >= vocab:
+            _set(cfg, name, min(v, vocab - 1) if name != "pad_token_id" else 0)
     n = _cut_lists(cfg, old)
     for name in ("num_hidden_layers", "num_layers", "n_layer", "n_layers"):
-        if name in vars(cfg) and isinstance(getattr(cfg, name), int):
-            setattr(cfg, name, n)
+        if isinstance(vars(cfg).get(name), int):
+            _set(cfg, name, n)
     if "qk_rope_head_dim" in vars(cfg) and "head_dim" in vars(cfg):  # latent attention: head_dim is the rotary part
-        cfg.head_dim = cfg.qk_rope_head_dim
+        _set(cfg, "head_dim", vars(cfg)["qk_rope_head_dim"])
     for name in ("mlp_layer_types", "layers_block_type", "hybrid_override_pattern", "block_types"):
-        v = getattr(cfg, name, None)
+        v = vars(cfg).get(name)
         if isinstance(v, str) and old and len(v) == old:
-            setattr(cfg, name, v[:LAYERS])
-    if hasattr(cfg, "use_cache"):
-        cfg.use_cache = False
-    for name in ("attn_implementation", "_attn_implementation"):
-        if hasattr(cfg, name):
-            try:
-                setattr(cfg, name, "eager")
-            except Exception:  # a read-only property on some configs
-                pass
+            _set(cfg, name, v[:LAYERS])
+    if "use_cache" in own:
+        _set(cfg, "use_cache", False)
     if depth < 2:
         for sub in _SUB:
-            s = getattr(cfg, sub, None)
+            s = vars(cfg).get(sub)
             if s is not None and hasattr(s, "to_dict"):
                 shrink(s, depth + 1)
     return cfg
