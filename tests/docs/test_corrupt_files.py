@@ -87,6 +87,16 @@ def _set(dotted, value):
     return apply
 
 
+def _faster_copy(data, factor):  # the copy of one shape timed `factor` times faster, consistently
+    i = _first(data["results"], impl="copy", mode="forward_out")
+    r = data["results"][i]
+    for k in ("median_s", "min_s", "max_s", "q1_s", "q3_s"):
+        r[k] /= factor
+    r["round_median_s"] = [t / factor for t in r["round_median_s"]]
+    for k in ("gbps", "gbps_min", "gbps_max"):
+        r[k] *= factor
+
+
 def _bench_field(key, value):
     def apply(data):
         i = _first(data["results"], impl="fused_rms_norm", mode="forward_out")
@@ -105,6 +115,10 @@ IMPLAUSIBLE = [  # (case, file, edit of the parsed data or of the text, expected
      r"at results\.\d+\.gbps: .* but bytes / median_s is"),
     ("min_above_max", "bench_cpu.json", _bench_field("min_s", lambda r: 2 * r["max_s"]),
      r"at results\.\d+\.min_s: min, quartiles and max are out of order"),
+    ("copy_made_faster_by_hand", "bench_cpu.json", lambda d: _faster_copy(d, 2.0),
+     r"at results\.\d+\.ratio_copy: .* the timings give"),
+    ("label_edited", "bench_cpu.json", _set("comparisons.0.label", lambda v: "faster" if v != "faster" else "slower"),
+     r"at comparisons\.0\.label: .* the timings give"),
     ("1e400", "worked_example.json", ("text", '"eps": 1e-06', '"eps": 1e400'),
      r"at eps\.eps: 1e400 is beyond the float range"),
     ("rms_6", "worked_example.json", _set("rms.rms", {"exact": "6", "value": 6.0}),

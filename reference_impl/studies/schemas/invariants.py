@@ -187,6 +187,46 @@ def bench_records(data, name):
                                         f"bytes ({top:.4g} GB/s): physically impossible for a memory-bound pass")
 
 
+def _differences(stored, fresh, path: str, rel: float = 1e-12) -> list[str]:
+    """Where a stored structure differs from a recomputed one (floats within ``rel``)."""
+    if isinstance(stored, dict) and isinstance(fresh, dict):
+        out = [f"{path}.{k}: missing" for k in fresh if k not in stored]
+        out += [f"{path}.{k}: not derived from the timings" for k in stored if k not in fresh]
+        return out + [d for k in fresh if k in stored for d in _differences(stored[k], fresh[k], f"{path}.{k}", rel)]
+    if isinstance(stored, list) and isinstance(fresh, list):
+        if len(stored) != len(fresh):
+            return [f"{path}: {len(stored)} items, the timings give {len(fresh)}"]
+        return [d for i, (a, b) in enumerate(zip(stored, fresh)) for d in _differences(a, b, f"{path}.{i}", rel)]
+    if isinstance(stored, float) or isinstance(fresh, float):
+        ok = (isinstance(stored, (int, float)) and isinstance(fresh, (int, float)) and not isinstance(stored, bool)
+              and _close(stored, fresh, rel))
+        return [] if ok else [f"{path}: {stored!r}, the timings give {fresh!r}"]
+    return [] if stored == fresh else [f"{path}: {stored!r}, the timings give {fresh!r}"]
+
+
+@invariant("bench_cpu.json")
+def bench_analysis(data, name):
+    """Every ratio to the copy, comparison label, target, advice entry and group summary is what the
+    command's own analysis (:func:`reference_impl.studies.bench.analyse.analyse`) derives from the raw
+    timings: an edited label or ratio, or a copy made faster by hand, no longer agrees."""
+    import json
+
+    from ..bench.analyse import analyse
+
+    results = json.loads(json.dumps(data["results"]))
+    allocs = [a for a, s in data["allocators"].items() if s["available"]]
+    shapes = [tuple(s) for s in data["settings"]["shapes"]]
+    identity = data["provenance"]["machine"].get("cpu_identity")
+    fresh = json.loads(json.dumps(analyse(results, allocs, shapes, data["settings"]["dtypes"], identity)))
+    diffs = _differences(data["results"], results, "results")
+    for key in ("comparisons", "targets", "advice", "short_rows", "qk_norm", "machine_targets"):
+        if key in data or key in ("comparisons", "targets", "advice"):
+            diffs += _differences(data.get(key), fresh.get(key), key)
+    for d in diffs[:10]:
+        field, _, problem = d.partition(": ")
+        yield field, problem
+
+
 @invariant("bench_cpu.json")
 def bench_block(data, name):
     """The decoder block's norm share lies in (0, 1), is given exactly when the rounds separate, and a
