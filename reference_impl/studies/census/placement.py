@@ -90,7 +90,7 @@ def classify_layer(tr: Trace, prefix: str, hidden: int, head_dim: int | None, in
         if not isinstance(c.module, tr.norm_types) or c.x is None:
             continue
         rel = _rel(c.name, lname)
-        role, sub, note = _role(c, layer, subs, linears, adds, hidden, head_dim, rel, rope)
+        role, sub, note = _role(c, layer, subs, linears, adds, hidden, head_dim, rel, rope, inside, lname)
         rows.append({"module": rel, "class": type(c.module).__name__, "role": role, "sublayer": sub,
                      "note": note, "_idx": c.idx})
     return rows, layer
@@ -100,56 +100,76 @@ def _qk_name(name: str) -> str | None:
     return "q" if _Q.search(name) else "k" if _K.search(name) else None
 
 
-def _role(c, layer, subs, linears, adds, hidden, head_dim, rel, rope=()):
+_FFN_PART = re.compile(r"^(fc\d?|intermediate|c_fc|wi|w1|w3|dense_h_to_4h|up_proj|gate_proj|ff\w*)$", re.I)
+
+
+def _path_kind(rel: str) -> str | None:
+    """attention / mlp from any component of a module path inside the layer."""
+    for part in rel.split("."):
+        if _MLP.search(part) or _FFN_PART.match(part):
+            return "mlp"
+        if _ATTN.search(part):
+            return "attention"
+    return None
+
+
+def _consumer(c, inside, y, lname) -> str | None:
+    for d in inside:
+        if d.idx > c.idx and d is not c and same(d.x, y):
+            return _path_kind(_rel(d.name, lname))
+    return None
+
+
+def _role(c, layer, subs, linears, adds, hidden, head_dim, rel, rope=(), inside=(), lname=""):
     x, y = c.x, c.y
     width = x.shape[-1]
-    owner = next((k for s, k in subs if s.idx < c.idx < (s.end or 0)), None)
-    if owner == "attention" and not same(x, layer.x):
-        # a query or key: the storage of a projection's output, or a rotary output, by identity
-        proj = next((p for p in reversed(linears) if p.idx < c.idx and _storage(p.y) == _storage(x)), None)
-        which = None
-        for _, outs in rope:
-            for i, o in enumerate(outs[:2]):
-                if isinstance(o, torch.Tensor) and _storage(o) == _storage(x):
-                    which = "qk"[i]
+    owner = next((k for s, k in subs if s.idx < c.idx < (s.end or 0)), None) or None
+    proj = next((p for p in reversed(linears) if p.idx < c.idx and _storage(p.y) == _storage(x)), None)
+    which = None
+    for _, outs in rope:
+        for i, o in enumerate(outs[:2]):
+            if isinstance(o, torch.Tensor) and _storage(o) == _storage(x):
+                which = "qk"[i]
+    # the residual stream's width: what the input is, and which of input and output goes on
+    fed = _consumer(c, inside, y, lname)
+    if width == hidden:
+        if same(x, layer.x):
+            return "input", fed, None
+        made = next((ops for i, ops, out in reversed(adds) if i < c.idx and same(out, x)), None)
+        if made is not None:
+            x_goes_on = any(i > c.idx and any(same(o, x) for o in ops) for i, ops, _ in adds)
+            if x_goes_on:
+                return "input", fed, None
+            before = [d for d in inside if d.end is not None and d.end < c.idx and _path_kind(_rel(d.name, lname))]
+            src = owner or (_path_kind(_rel(before[-1].name, lname)) if before else None)
+            return "residual_sum", src, None
+        for s_, k in subs:
+            if same(x, s_.y):
+                return "sublayer_output", k, None
+    if proj is not None or which is not None or width != hidden:
+        # inside a token mixer: a query or key (by a projection's storage or a rotary output), a latent
         pname = proj.name.split(".")[-1] if proj is not None else None
         if which is None and pname is not None:
             which = _qk_name(pname)
-            if pname and re.search(r"kv_a|q_a|lora|latent|compress|wkv_a|wq_a", pname):
+            if re.search(r"kv_a|q_a|lora|latent|compress|wkv_a|wq_a", pname):
                 return "latent", "attention", f"on the output of {pname}"
+            if which is None and re.search(r"(^|_)v(_|$)|v_proj|value", pname):
+                return "other", "attention", f"a norm on the values (the output of {pname}), width {width}"
         if which is None and proj is None:
             which = _qk_name(rel.split(".")[-1])
-        if which is None and pname and re.search(r"(^|_)v(_|$)|v_proj|value", pname):
-            return "other", "attention", f"a norm on the values (the output of {pname}), width {width}"
         if which and head_dim and width == head_dim:
             return f"{which}_per_head", "attention", None
         if which and head_dim and width % head_dim == 0:
             return f"{which}_whole", "attention", None
-        what = f"on the output of {pname}" if pname else "on a tensor made inside the sub-layer"
-        return ("latent" if proj is not None and width != hidden else "other"), "attention", \
-            f"width {width} inside the attention (token-mixing) sub-layer, {what}"
-    if owner is not None:
-        return "other", owner, f"width {width} inside the {owner} sub-layer"
-    if width != hidden:
-        return "other", None, f"width {width}, not the residual stream's {hidden}"
-    if same(x, layer.x):
-        fed = next((k for s, k in subs if s.idx > c.idx and same(s.x, y)), None)
-        return "input", fed, None
-    for s, k in subs:
-        if same(x, s.y):
-            return "sublayer_output", k, None
-    made = next((ops for i, ops, out in reversed(adds) if i < c.idx and same(out, x)), None)
-    if made is not None:
-        fed = next((k for s, k in subs if s.idx > c.idx and same(s.x, y)), None)
-        goes_on = any(i > c.idx and any(same(o, y) for o in ops) for i, ops, _ in adds) or same(layer.y, y)
-        src = next((k for s, k in subs for o in made if same(o, s.y)), None)
-        if fed is not None and not goes_on:
-            return "input", fed, None
-        return "residual_sum", src, None
-    fed = next((k for s, k in subs if s.idx > c.idx and same(s.x, y)), None)
+        where = owner or _path_kind(rel)
+        what = f"on the output of {pname}" if pname else "on a tensor made inside the layer"
+        if where is None and width != hidden:
+            return "other", None, f"width {width}, not the residual stream's {hidden}, {what}"
+        return ("latent" if proj is not None and width != hidden else "other"), where, \
+            f"width {width} inside the {where or 'layer'}, {what}"
     if fed is not None:
         return "input", fed, "its input is neither the layer's input nor a recorded sum"
-    return "other", None, "its input is neither the stream, a sub-layer's output nor a sum"
+    return "other", owner, "its input is neither the stream, a sub-layer's output nor a sum"
 
 
 def placement_of(rows) -> tuple[str, str | None]:
