@@ -147,10 +147,23 @@ def _version(doc: dict) -> str:
     return v
 
 
+# names readers search for, for model types the pages do not discuss by name (reference_impl.families.NAMES
+# holds those); only the finder and the site search use them
+ALIASES = {
+    "gemma3": "Gemma 3 (multimodal)", "gemma4_text": "Gemma 4", "gemma4": "Gemma 4 (multimodal)",
+    "llama4": "Llama 4 (multimodal)", "deepseek_v2": "DeepSeek-V2", "deepseek_v32": "DeepSeek-V3.2",
+    "deepseek_v4": "DeepSeek-V4", "olmo3": "OLMo 3", "qwen2_moe": "Qwen2 MoE", "qwen3_moe": "Qwen3 MoE",
+    "qwen3_5_text": "Qwen3.5", "qwen3_5": "Qwen3.5 (multimodal)", "qwen3_5_moe_text": "Qwen3.5 MoE",
+    "minimax_m2": "MiniMax-M2", "glm4": "GLM-4", "glm4_moe": "GLM-4.5 (MoE)", "phi4_multimodal": "Phi-4 multimodal",
+    "phimoe": "Phi-3.5 MoE", "exaone4": "EXAONE 4", "ernie4_5": "ERNIE 4.5", "falcon_h1": "Falcon-H1",
+    "smollm3": "SmolLM3", "seed_oss": "Seed-OSS", "kimi_linear": "Kimi Linear",
+}
+
+
 def display_names() -> dict[str, str]:
     from reference_impl.families import NAMES
 
-    return NAMES
+    return {**ALIASES, **NAMES}
 
 
 @lru_cache(maxsize=1)

@@ -204,3 +204,14 @@ def _scrambled(census: dict) -> dict:
 def test_each_check_fails_on_a_census_that_disagrees(census, page, sentence, check):
     with pytest.raises(AssertionError):
         check(_scrambled(census))
+
+
+def test_search_names_name_model_types_of_the_census(census):
+    """The finder's extra names (site_hooks/census.py ALIASES) and the pages' family names
+    (reference_impl/families.py NAMES) each name a model type the census lists."""
+    from reference_impl.families import NAMES, UNTRACED
+    from site_hooks.census import ALIASES
+
+    types = {m["model_type"] for m in census["models"]}
+    unknown = sorted((set(ALIASES) | set(NAMES)) - types - set(UNTRACED))
+    assert not unknown, f"names for model types the census does not list: {unknown}"
