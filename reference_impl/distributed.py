@@ -42,12 +42,20 @@ import zlib
 
 import torch
 import torch.distributed as dist
+from torch.autograd.function import once_differentiable
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ._checks import check_eps, check_input, check_param, compute_dtype
-from .conventions import RMS_CONVENTIONS, apply_gain, check_convention, effective_gain, resolve_eps, stat_dtype
+from ._checks import check_eps, check_input, check_param, compute_dtype, eps_limit
+from .conventions import (RMS_CONVENTIONS, apply_gain, check_convention, effective_gain, resolve_eps, row_mean,
+                          stat_dtype)
 
 STATS = ("sums", "welford")
+
+# _ONCE: every backward here is once-differentiable. It uses the forward's statistics as constants and
+# all-reduces with torch.distributed's in-place collectives, which record no graph, so a second derivative
+# (create_graph=True, then another backward) would come out wrong (at any world size, 1 included). Marked
+# once_differentiable, it raises an error that says so instead; for second derivatives, gather the rows
+# and use the single-device reference (reference_impl.rms_norm / layer_norm), whose double backward is exact.
 _DTYPE_CODE = {torch.float16: 1, torch.bfloat16: 2, torch.float32: 3, torch.float64: 4}
 
 
@@ -237,6 +245,7 @@ class _ShardedRMSNorm(torch.autograd.Function):
         return apply_gain(x, rstd, weight, convention)
 
     @staticmethod
+    @once_differentiable  # see _ONCE below
     def backward(ctx, dy):
         x, weight, rstd = ctx.saved_tensors
         d, group, convention, deterministic = ctx.opts
@@ -278,6 +287,10 @@ def sharded_rms_norm(x_local, weight_local, eps=1e-6, group=None, *, convention=
             product per row and returns this rank's slices of dx and dweight.
 
     Communication per row: one float32 element each way (all-reduce), plus one element per call for d.
+
+    Range: squares are formed in the statistic dtype (float32), so ``|x|`` above about 1.8e19 (or a row whose
+    sum of squares passes float32's maximum) gives rstd 0 and zeros, and with ``eps=0`` rows whose squares
+    underflow give Inf/NaN, as the modules do (docs/numerics.md). The backward is once-differentiable.
     """
     fn = "sharded_rms_norm"
     _membership(group, fn)
@@ -299,17 +312,18 @@ class _SequenceParallelRMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, eps, group, convention, deterministic):
         xf = x.to(stat_dtype(x, convention))
-        rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)   # rows are whole: no communication
+        rstd = torch.rsqrt(row_mean(xf.pow(2), convention) + eps)   # rows are whole: no communication
         ctx.save_for_backward(x, weight, rstd)
         ctx.opts = (group, convention, deterministic)
         return apply_gain(x, rstd, weight, convention)
 
     @staticmethod
+    @once_differentiable  # see _ONCE below
     def backward(ctx, dy):
         x, weight, rstd = ctx.saved_tensors
         group, convention, deterministic = ctx.opts
         xhat, dyf, g = _rms_grad_parts(dy, x, weight, rstd, convention)
-        dx = (rstd * (g - xhat * (g * xhat).mean(-1, keepdim=True))).to(x.dtype)
+        dx = (rstd * (g - xhat * row_mean(g * xhat, convention))).to(x.dtype)
         dw = None
         if weight is not None:  # this rank's rows only: sum the float32 partials over ranks, then cast
             dw = _sum_over_ranks(_col_sum(dyf * xhat, x.shape[-1]), group, deterministic).to(weight.dtype)
@@ -419,6 +433,7 @@ class _ShardedLayerNorm(torch.autograd.Function):
         return _ln_out(x, xf, mean, rstd, weight, bias)
 
     @staticmethod
+    @once_differentiable  # see _ONCE below
     def backward(ctx, dy):
         x, weight, bias, mean, rstd = ctx.saved_tensors
         d, group, deterministic = ctx.opts
@@ -433,7 +448,7 @@ class _ShardedLayerNorm(torch.autograd.Function):
         return dx, dw, db, None, None, None, None
 
 
-def sharded_layer_norm(x_local, weight_local, bias_local, eps=1e-5, group=None, *, stats="sums",
+def sharded_layer_norm(x_local, weight_local, bias_local, eps=1e-5, group=None, *, stats="welford",
                        deterministic=False, check_shapes=True):
     """LayerNorm over a last dimension split across the ranks of ``group`` (tensor parallelism).
 
@@ -447,12 +462,16 @@ def sharded_layer_norm(x_local, weight_local, bias_local, eps=1e-5, group=None, 
         bias_local: ``(d_k,)`` slice of the bias, or None.
         eps: non-negative number, the same on every rank.
         group: as ``sharded_rms_norm``.
-        stats: ``"sums"``: all-reduce (sum, sum of squares) per row, one collective, loses accuracy when
-            |mean| >> std; ``"welford"``: all-gather each rank's (mean, M2) and merge them in rank order
+        stats: ``"welford"`` (the default): all-gather each rank's (mean, M2) and merge them in rank order
             (always deterministic), as accurate as a two-pass variance; its all-gather moves p/2 times the
-            bytes of the all-reduce.
+            bytes of the all-reduce. ``"sums"``: all-reduce (sum, sum of squares) per row, one collective,
+            cheaper, but var = E[x^2] - mean^2 cancels: when |mean| >> std the variance is lost (rows of
+            mean 1e4 and std 1 come out wrong by hundreds); ask for it only where rows are near zero mean.
         deterministic: as ``sharded_rms_norm`` (the Welford forward is deterministic either way).
         check_shapes: as ``sharded_rms_norm``.
+
+    Range: squares in float32 overflow for ``|x|`` above about 1.8e19 (rstd 0), and with ``eps=0`` rows
+    whose squares underflow give Inf/NaN, as the single-device reference (docs/numerics.md).
 
     Returns:
         This rank's ``(..., d_k)`` slice of y in ``x_local.dtype``. The backward all-reduces two
@@ -469,7 +488,7 @@ def sharded_layer_norm(x_local, weight_local, bias_local, eps=1e-5, group=None, 
         check_input(x_local, "x_local")
         check_param(weight_local, x_local, "weight_local")
         check_param(bias_local, x_local, "bias_local")
-        return check_eps(eps)
+        return check_eps(eps, max_value=eps_limit(compute_dtype(x_local)))
 
     eps = _validated(fn, "sharded", group, check_shapes, x_local, (weight_local, bias_local), eps, options,
                      local_checks)
@@ -480,18 +499,19 @@ class _SequenceParallelLayerNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, eps, group, deterministic):
         xf = x.to(compute_dtype(x))
-        mean = xf.mean(-1, keepdim=True)
-        rstd = torch.rsqrt((xf - mean).pow(2).mean(-1, keepdim=True) + eps)   # two-pass, local rows
+        mean = row_mean(xf, "reference")  # as reference_impl.layer_norm: float64 row sums, batch-invariant
+        rstd = torch.rsqrt(row_mean((xf - mean).pow(2), "reference") + eps)   # two-pass, local rows
         ctx.save_for_backward(x, weight, bias, mean, rstd)
         ctx.opts = (group, deterministic)
         return _ln_out(x, xf, mean, rstd, weight, bias)
 
     @staticmethod
+    @once_differentiable  # see _ONCE below
     def backward(ctx, dy):
         x, weight, bias, mean, rstd = ctx.saved_tensors
         group, deterministic = ctx.opts
         xhat, dyf, g = _ln_grad_parts(dy, x, weight, mean, rstd)
-        dx = rstd * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+        dx = rstd * (g - row_mean(g, "reference") - xhat * row_mean(g * xhat, "reference"))
         d = x.shape[-1]
         parts = ([] if weight is None else [_col_sum(dyf * xhat, d)]) + ([] if bias is None else [_col_sum(dyf, d)])
         dw = db = None
@@ -520,7 +540,7 @@ def sequence_parallel_layer_norm(x_local, weight, bias, eps=1e-5, group=None, *,
         check_input(x_local, "x_local")
         check_param(weight, x_local, "weight")
         check_param(bias, x_local, "bias")
-        return check_eps(eps)
+        return check_eps(eps, max_value=eps_limit(compute_dtype(x_local)))
 
     eps = _validated(fn, "sequence", group, check_shapes, x_local, (weight, bias), eps, options, local_checks)
     return _SequenceParallelLayerNorm.apply(x_local, weight, bias, eps, group, bool(deterministic))

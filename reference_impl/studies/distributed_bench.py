@@ -159,7 +159,8 @@ BYTE_METHODS = {  # name -> (registry id, norm(x_local, w_local)); the bias of L
     "sharded_rms": ("dist.rms.sharded_bytes", lambda x, w: D.sharded_rms_norm(x, w, check_shapes=False)),
     "sharded_rms_deterministic": ("dist.rms.sharded_bytes_deterministic",
                                   lambda x, w: D.sharded_rms_norm(x, w, deterministic=True, check_shapes=False)),
-    "sharded_ln_sums": ("dist.ln.sharded_bytes", lambda x, w: D.sharded_layer_norm(x, w, w, check_shapes=False)),
+    "sharded_ln_sums": ("dist.ln.sharded_bytes", lambda x, w: D.sharded_layer_norm(x, w, w, stats="sums",
+                                                                                  check_shapes=False)),
     "sharded_ln_welford": ("dist.ln.sharded_bytes_welford",
                            lambda x, w: D.sharded_layer_norm(x, w, w, stats="welford", check_shapes=False)),
 }
@@ -263,7 +264,7 @@ def _methods(rows, d, p, rank):
         "sharded_rms": step(lambda a, b: D.sharded_rms_norm(a, b), xl, wl, dyl),
         "sharded_rms_nocheck": step(lambda a, b: D.sharded_rms_norm(a, b, check_shapes=False), xl, wl, dyl),
         "sharded_rms_deterministic": step(lambda a, b: D.sharded_rms_norm(a, b, deterministic=True), xl, wl, dyl),
-        "sharded_ln_sums": step(lambda a, b: D.sharded_layer_norm(a, b, None), xl, wl, dyl),
+        "sharded_ln_sums": step(lambda a, b: D.sharded_layer_norm(a, b, None, stats="sums"), xl, wl, dyl),
         "sharded_ln_welford": step(lambda a, b: D.sharded_layer_norm(a, b, None, stats="welford"), xl, wl, dyl),
         "dtensor_f_rms_norm": step(lambda a, b: F.rms_norm(a, (d,), b, 1e-6), xd, wd, dyd),
         "local_only": step(lambda a, b: F.rms_norm(a, (hi - lo,), b, 1e-6), xl, wl, dyl),
