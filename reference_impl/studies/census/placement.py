@@ -85,12 +85,15 @@ def classify_layer(tr: Trace, prefix: str, hidden: int, head_dim: int | None, in
     linears = [c for c in inside if isinstance(c.module, torch.nn.Linear) and c.y is not None]
     adds = [(i, ops, out) for i, ops, out in tr.adds if layer.idx < i < (layer.end or 1 << 60)]
     rope = [(i, outs) for i, outs in tr.rope if layer.idx < i < (layer.end or 1 << 60)]
+    scales = [(i, ops, out) for i, ops, out in tr.scales if layer.idx < i < (layer.end or 1 << 60)]
+    streams = _streams(layer, adds, scales, [c for c in inside if isinstance(c.module, tr.norm_types)])
     rows = []
     for c in inside:
         if not isinstance(c.module, tr.norm_types) or c.x is None:
             continue
         rel = _rel(c.name, lname)
-        role, sub, note = _role(c, layer, subs, linears, adds, hidden, head_dim, rel, rope, inside, lname)
+        role, sub, note = _role(c, layer, subs, linears, adds, hidden, head_dim, rel, rope, inside, lname, scales,
+                                streams)
         rows.append({"module": rel, "class": type(c.module).__name__, "role": role, "sublayer": sub,
                      "note": note, "_idx": c.idx})
     return rows, layer
@@ -120,7 +123,28 @@ def _consumer(c, inside, y, lname) -> str | None:
     return None
 
 
-def _role(c, layer, subs, linears, adds, hidden, head_dim, rel, rope=(), inside=(), lname=""):
+def _streams(layer, adds, scales, norms=()) -> list:
+    """The residual stream's tensors in a layer: its input, every sum with a stream operand (scaled or not),
+    and a norm's output taken from the stream (post-LN carries it on; in pre-LN nothing adds it)."""
+    out = [layer.x]
+    events = sorted([(i, "add", ops, o) for i, ops, o in adds] + [(i, "scale", ops, o) for i, ops, o in scales]
+                    + [(n.idx, "norm", [n.x], n.y) for n in norms if n.x is not None and n.y is not None],
+                    key=lambda e: e[0])
+    scaled = []
+    for i, kind, ops, o in events:
+        if kind == "norm":
+            if any(same(ops[0], t) for t in out) and o.shape == ops[0].shape:
+                out.append(o)
+        elif kind == "scale":
+            if any(same(a, t) for a in ops for t in out):
+                scaled.append(o)
+        elif any(same(a, t) for a in ops for t in out + scaled):
+            out.append(o)
+    return out
+
+
+def _role(c, layer, subs, linears, adds, hidden, head_dim, rel, rope=(), inside=(), lname="", scales=(),
+          streams=()):
     x, y = c.x, c.y
     width = x.shape[-1]
     owner = next((k for s, k in subs if s.idx < c.idx < (s.end or 0)), None) or None
@@ -136,8 +160,11 @@ def _role(c, layer, subs, linears, adds, hidden, head_dim, rel, rope=(), inside=
         if same(x, layer.x):
             return "input", fed, None
         made = next((ops for i, ops, out in reversed(adds) if i < c.idx and same(out, x)), None)
+        if made is not None and not any(same(t, x) for t in streams):
+            made = None   # a sum made inside a sub-layer (experts added up), not the residual add
         if made is not None:
-            x_goes_on = any(i > c.idx and any(same(o, x) for o in ops) for i, ops, _ in adds)
+            carried = [x] + [out for i, ops, out in scales if i > c.idx and any(same(o, x) for o in ops)]
+            x_goes_on = any(i > c.idx and any(same(o, t) for o in ops for t in carried) for i, ops, _ in adds)
             if x_goes_on:
                 return "input", fed, None
             before = [d for d in inside if d.end is not None and d.end < c.idx and _path_kind(_rel(d.name, lname))]

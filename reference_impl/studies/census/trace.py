@@ -31,6 +31,9 @@ from .shrink import shrink
 TOKENS = 8
 _ADDS = {torch.add, torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__, torch.Tensor.__iadd__,
          torch.Tensor.add_}
+# a residual scaled before it is added (x * alpha + f(x)) still carries the stream on
+_SCALES = {torch.mul, torch.Tensor.mul, torch.Tensor.__mul__, torch.Tensor.__rmul__, torch.div, torch.Tensor.div,
+           torch.Tensor.__truediv__}
 _ATTN = re.compile(r"attn|attention|mixer|mamba|linear_attn|token_mix|ssm|conv|retention|recurrent|temporal",
                    re.I)
 _MLP = re.compile(r"mlp|ffn|feed_forward|feedforward|moe|experts|dense_h|channel_mix|ff$", re.I)
@@ -96,14 +99,15 @@ class _Recorder(TorchFunctionMode):
     def __init__(self, clock):
         super().__init__()
         self.adds = []       # (idx, operands, result)
+        self.scales = []     # (idx, operands, result)
         self.clock = clock
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if func in _ADDS:
+        if func in _ADDS or func in _SCALES:
             ops = [a for a in args if isinstance(a, torch.Tensor)]
             if isinstance(out, torch.Tensor) and ops:
-                self.adds.append((self.clock(), ops, out))
+                (self.adds if func in _ADDS else self.scales).append((self.clock(), ops, out))
         return out
 
 
@@ -136,7 +140,7 @@ class Trace:
                 h.remove()
             for owner, attr, fn in patched:
                 setattr(owner, attr, fn)
-        self.adds = rec.adds
+        self.adds, self.scales = rec.adds, rec.scales
         return self
 
     def _pre(self, name):
