@@ -234,10 +234,11 @@ def test_diagram_is_visible_in_both_palettes(open_models, dark):
     assert (_luminance(colours["bg"]) < 0.2) == dark, colours
 
 
-def test_site_search_finds_the_models_page_by_a_model_name(open_models):
+@pytest.mark.parametrize("name", ["Qwen3", "Gemma 4", "MiniMax-M2"])
+def test_site_search_finds_the_models_page_by_a_model_name(open_models, name):
     page = open_models()
     page.keyboard.press("s")  # Material's shortcut that opens the search box
-    page.locator("input.md-search__input").press_sequentially("Qwen3", delay=20)
+    page.locator("input.md-search__input").press_sequentially(name, delay=20)
     page.wait_for_selector(".md-search-result__item a", timeout=15000)
     hrefs = page.eval_on_selector_all(".md-search-result__item a", "els => els.map(a => a.href)")
     assert any("/models/" in h for h in hrefs), hrefs
