@@ -133,7 +133,7 @@ LENGTH_JS = """() => {
 
 # things that reach past the screen's edge outside a scrolling box; boxes that scroll without a cue;
 # tables wider than the screen
-NARROW_JS = """(wantCards) => {
+NARROW_JS = r"""(wantCards) => {
     const W = document.documentElement.clientWidth;
     const art = document.querySelector('article') || document.body;
     const name = e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') +
