@@ -7,7 +7,12 @@
 - :mod:`reference_impl.ops.rsqrt`: reciprocal-square-root methods on CPU and GPU.
 - :mod:`reference_impl.ops.cpu_first`: the CPU page's first kernel, plain C++ loops over float32 rows.
 """
-from .build import NativeBuildError
+from . import build as _build
+from .location import configure as _configure
+
+_configure(_build)  # an installed package: sources in reference_impl/_native, builds in a user cache
+
+from .build import NativeBuildError  # noqa: E402
 from .library import fused_layer_norm, fused_qk_norm, fused_rms_norm
 
 __all__ = ["fused_rms_norm", "fused_layer_norm", "fused_qk_norm", "NativeBuildError"]

@@ -2,7 +2,8 @@
 
 The sources live in ``cuda/`` at the top of the checkout (never an importable package: the CUDA build of
 torch installs NVIDIA's ``cuda`` package); an installed wheel carries a copy in ``reference_impl/_native/``
-(setup.py puts it there). Each library is described once here: its source files, its compiler flags.
+(setup.py puts it there; :mod:`reference_impl.ops.location` points this module at it when
+``reference_impl.ops`` is imported). Each library is described once here: its source files, its compiler flags.
 Builds use ``torch.utils.cpp_extension`` and are cached, so a second load is instant:
 
 - in a checkout (or an editable install), under ``build/native/<name>`` (git-ignored);
@@ -15,32 +16,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent
-REPO = PACKAGE.parent
-
-
-def _sources_and_build_root() -> tuple[Path, Path]:
-    """Where the native sources are, and where their builds are cached (see the module docstring)."""
-    installed = PACKAGE / "_native"
-    if installed.is_dir():  # a wheel: the sources travel inside the package
-        sources = installed
-        import torch
-
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        tag = f"torch{torch.__version__}-py{sys.version_info.major}.{sys.version_info.minor}"
-        root = cache / "reference_impl" / "native" / tag
-    else:  # the checkout
-        sources = REPO / "cuda"
-        root = REPO / "build" / "native"
-    override = os.environ.get("REFERENCE_IMPL_BUILD_DIR")
-    return sources, (Path(override) if override else root)
-
-
-SOURCES, BUILD_ROOT = _sources_and_build_root()
+REPO = Path(__file__).resolve().parent.parent.parent
+# the checkout's folders; reference_impl/ops/location.py points both elsewhere for an installed package
+SOURCES = REPO / "cuda"
+BUILD_ROOT = REPO / "build" / "native"
 
 # Every build of the project's own sources turns warnings into errors. torch.utils.cpp_extension passes
 # torch's and Python's headers as -isystem, and the CUDA headers are -isystem below, so only our code is
@@ -151,9 +133,6 @@ def load_extension(name: str, sources, *, cuda: bool = False, extra_cflags=(), e
         return _LOADED[name]
     from torch.utils import cpp_extension  # imported late: it pulls in setuptools
 
-    if not (SOURCES / "ops.h").is_file():
-        raise NativeBuildError(f"the native sources are missing: expected them in {SOURCES} (a checkout's cuda/, "
-                               "or reference_impl/_native/ inside an installed wheel)")
     build_dir = BUILD_ROOT / name
     build_dir.mkdir(parents=True, exist_ok=True)
     srcs = [str(SOURCES / s) for s in sources]  # an absolute path stays as it is
