@@ -164,6 +164,7 @@ def python_blocks(site: Path):
     out = []
     for page in sorted(site.rglob("index.html")):
         rel = page.relative_to(site).parent.as_posix()
+        rel = "index" if rel == "." else rel
         if rel.startswith(("notebooks", "assets", "api")):
             continue  # notebook pages (executed at build time) and the API reference hold no copy blocks
         soup = BeautifulSoup(page.read_text(encoding="utf-8"), "html.parser")
@@ -357,3 +358,29 @@ def test_the_name_check_catches_a_missing_name():
     assert "no 'backward_bounds'" in resolve("reference_impl.conventions.backward_bounds")
     assert resolve("reference_impl.norms.spec.NormSpec.no_such_member") is not None
     assert resolve("reference_impl.no_such_module") is not None
+
+
+def test_the_block_check_catches_what_does_not_run(tmp_path):
+    """The check itself, on a small built page: a block whose function calls a helper it does not show, an
+    uncopyable block that does not say it is an excerpt, and a family function with Llama's order written
+    wrong (gain before the cast) fail; a correct family function and a marked excerpt pass."""
+    good = "import torch\n\n\ndef llama_rms_norm(x, weight, eps=1e-6):\n    h = x.float()\n" \
+           "    h = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)\n    return weight * h\n"
+    wrong = good.replace("(h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)\n    return weight * h",
+                         "h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)\n    return (weight * h).to(x.dtype)")
+    helper = "import torch\n\n\ndef f(x):\n    return compute_dtype(x)\n"
+
+    def block(code, cls="", title=""):
+        t = f'<span class="filename">{title}</span>' if title else ""
+        return f'<div class="language-python {cls} highlight">{t}<pre><code>{code}</code></pre></div>'
+
+    page = tmp_path / "site" / "p" / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text("<html><body>" + block(good) + block(wrong) + block(helper) + block("x = 1", "no-copy")
+                    + block("y = z", "no-copy", "Excerpt of somewhere.py") + "</body></html>")
+    result = check_copyable_blocks(tmp_path / "site", tmp_path / "runs")
+    assert result["blocks"] == 5 and len(result["excerpts"]) == 2
+    assert result["family"] == ["llama_rms_norm"]
+    text = "\n".join(result["failures"])
+    assert len(result["failures"]) == 3, text
+    assert "not bit-identical" in text and "compute_dtype" in text and "does not say it is an excerpt" in text
