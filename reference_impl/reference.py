@@ -100,6 +100,25 @@ def ln_backward(dy, x, weight, bias, rstd):
 # --8<-- [end:ln_backward]
 
 
+def square_edges(dtype: torch.dtype = torch.float32) -> dict:
+    """Where squares formed in ``dtype`` leave its range, found by stepping through its values:
+    ``overflow``, the smallest positive value whose square is Inf (a row holding one gets rstd 0 and comes
+    out as zeros); ``underflow``, the largest value whose square is 0 (with ``eps=0`` a row with every
+    ``|x|`` at or below it has mean square 0 and rstd Inf). docs/numerics.md prints both."""
+    inf, zero = torch.tensor(math.inf, dtype=dtype), torch.tensor(0.0, dtype=dtype)
+    over = torch.tensor(math.sqrt(torch.finfo(dtype).max), dtype=dtype)
+    while torch.isfinite(over * over):
+        over = torch.nextafter(over, inf)
+    while not torch.isfinite(torch.nextafter(over, zero) ** 2):
+        over = torch.nextafter(over, zero)
+    under = torch.tensor(math.sqrt(torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps), dtype=dtype)
+    while under * under != 0:
+        under = torch.nextafter(under, zero)
+    while torch.nextafter(under, inf) ** 2 == 0:
+        under = torch.nextafter(under, inf)
+    return {"overflow": float(over), "underflow": float(under)}
+
+
 def rms_rstd(x, eps):
     """The reciprocal RMS per row, ``(..., 1)``, in the compute dtype, as :func:`rms_forward` computes it."""
     return torch.rsqrt(row_mean(x.to(compute_dtype(x)).pow(2)) + eps)

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #include "simd.h"
 
@@ -54,7 +55,9 @@ struct LnBwdArgs {
 // The wide second pass of a row whose float32 sums left the normal range (the mean's sum overflowed,
 // or the sum of squared deviations overflowed or underflowed): mean, variance, rstd and the normalized
 // values in double, each rounded once to float32 before the gain and bias. Returns false, writing nothing,
-// for a row the float32 pass already gets right: one with Inf or NaN, or a constant row (variance 0).
+// for a row the float32 pass already gets right: one with Inf or NaN, or a constant row (variance 0) whose
+// float32 sum stays finite. A constant row whose sum overflows float32 (a row of 1e38s) is done here: its
+// float32 mean would be Inf and x - mean NaN, where the right output is the bias.
 // With r (the "fp32" residual contract) the row is the float32 sum x[j] + r[j].
 template <class T, class WT, class BT>
 bool ln_fwd_row_wide(const T* x, T* y, const WT* w, const BT* b, int64_t d, float eps, float* mean, float* rstd,
@@ -72,7 +75,7 @@ bool ln_fwd_row_wide(const T* x, T* y, const WT* w, const BT* b, int64_t d, floa
     const double c = static_cast<double>(at(j)) - mu;
     q += c * c;
   }
-  if (q == 0.0) return false;
+  if (q == 0.0 && std::fabs(s) < 0.5 * static_cast<double>(std::numeric_limits<float>::max())) return false;
   const double rs = 1.0 / std::sqrt(q / static_cast<double>(d) + static_cast<double>(eps));
   *mean = static_cast<float>(mu);
   *rstd = static_cast<float>(rs);

@@ -144,7 +144,8 @@ __device__ __forceinline__ RowVec<T, VEC, FP32_SUM> row_vec(const Vec<T, VEC>* x
 }
 
 // The same for LayerNorm: mean and rstd in double (rstd 0 when the fp32 result stands: Inf or NaN in the
-// row, or a constant row). With res (the "fp32" residual contract) the row is the float32 sum row + res.
+// row, or a constant row whose float32 sum is finite; a constant row whose sum overflows, a row of 1e38s,
+// is done here, since its float32 mean is Inf). With res (the "fp32" residual contract) the row is the float32 sum row + res.
 template <typename T>
 __device__ double wide_ln_stats(const T* row, int d, float eps, double* mean, const T* res = nullptr) {
   __shared__ double result[2];
@@ -163,7 +164,8 @@ __device__ double wide_ln_stats(const T* row, int d, float eps, double* mean, co
       q += c * c;
     }
     result[0] = mu;
-    result[1] = (bad == 0.0 && q > 0.0) ? 1.0 / sqrt(q / d + static_cast<double>(eps)) : 0.0;
+    const bool fp32_stands = q == 0.0 && fabs(s) < 1.7014117331926443e38;  // half of float32's maximum
+    result[1] = (bad == 0.0 && !fp32_stands) ? 1.0 / sqrt(q / d + static_cast<double>(eps)) : 0.0;
   }
   __syncthreads();
   *mean = result[0];

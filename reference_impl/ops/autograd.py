@@ -108,6 +108,37 @@ def _ln_stats_vjp(x, mean, rstd, d_mean, d_rstd):
     return g.to(x.dtype)
 
 
+# --- eps = 0: a row whose RMS (or standard deviation) is below about 2**-126 has a reciprocal above float32's
+#     range; the forward computes it in double and its output is right, but the saved float32 rstd is Inf,
+#     so the kernels' backward would return Inf and NaN. With eps = 0 the backward therefore runs here, in
+#     float64 from the saved input (no saved statistic), each gradient rounded once: dweight and dbias
+#     come out right, and dx is the correctly rounded value (Inf only where the true value passes float32's
+#     range, as it does for rows that small). These are differentiable PyTorch operations, so a double
+#     backward through them is exact as well.
+
+def _eps0_rms_bwd(dy, h, weight, convention):
+    hf, dyf = h.double(), dy.double()
+    r = torch.rsqrt(hf.pow(2).mean(-1, keepdim=True))
+    xhat = hf * r
+    g = dyf if weight is None else dyf * (weight.double() + 1 if convention == 1 else weight.double())
+    dx = r * (g - xhat * (g * xhat).mean(-1, keepdim=True))
+    dw = None if weight is None else (dyf * xhat).reshape(-1, h.shape[-1]).sum(0).to(weight.dtype)
+    return dx.to(h.dtype), dw
+
+
+def _eps0_ln_bwd(dy, x, weight, has_bias):
+    xf, dyf = x.double(), dy.double()
+    xc = xf - xf.mean(-1, keepdim=True)
+    r = torch.rsqrt(xc.pow(2).mean(-1, keepdim=True))
+    xhat = xc * r
+    g = dyf if weight is None else dyf * weight.double()
+    dx = r * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+    d = x.shape[-1]
+    dw = None if weight is None else (dyf * xhat).reshape(-1, d).sum(0)
+    db = dyf.reshape(-1, d).sum(0) if has_bias else None
+    return dx.to(x.dtype), dw, db
+
+
 def _add(a, b):
     if a is None:
         return b
@@ -122,13 +153,16 @@ def _rms_setup(ctx, inputs, output):
     ctx.save_for_backward(res_out if residual is not None else x, weight, rstd)
     ctx.convention = convention & 1  # bit 1 (the fp32 residual contract) is a forward-only setting
     ctx.has_residual = residual is not None
+    ctx.eps = eps
     ctx.set_materialize_grads(False)  # an output nobody used sends None, not a tensor of zeros
 
 
 def _rms_backward(ctx, dy, d_res_out, d_rstd):
     h, weight, rstd = ctx.saved_tensors
     dh = dw = None
-    if dy is not None:
+    if dy is not None and ctx.eps == 0:  # the saved rstd may have overflowed: see _eps0_rms_bwd
+        dh, dw = _eps0_rms_bwd(dy, h, weight, ctx.convention)
+    elif dy is not None:
         dh, dw = torch.ops.normlab.rms_norm_bwd(dy.contiguous(), h, weight, rstd, ctx.convention)
     if d_rstd is not None:  # only in a double backward: rstd feeds the first backward
         dh = _add(dh, _rms_rstd_vjp(h, rstd, d_rstd))
@@ -146,13 +180,16 @@ def _ln_setup(ctx, inputs, output):
     ctx.save_for_backward(res_out if residual is not None else x, weight, mean, rstd)
     ctx.bias_dtype = None if bias is None else bias.dtype
     ctx.has_residual = residual is not None
+    ctx.eps = eps
     ctx.set_materialize_grads(False)
 
 
 def _ln_backward(ctx, dy, d_mean, d_rstd, d_res_out):
     x, weight, mean, rstd = ctx.saved_tensors
     dx = dw = db = None
-    if dy is not None:
+    if dy is not None and ctx.eps == 0:  # the saved rstd may have overflowed: see _eps0_rms_bwd
+        dx, dw, db = _eps0_ln_bwd(dy, x, weight, ctx.bias_dtype is not None)
+    elif dy is not None:
         dx, dw, db = torch.ops.normlab.layer_norm_bwd(dy.contiguous(), x, weight, mean, rstd)
     if d_mean is not None or d_rstd is not None:
         dx = _add(dx, _ln_stats_vjp(x, mean, rstd, d_mean, d_rstd))

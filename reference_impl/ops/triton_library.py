@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 import triton
+from torch.autograd.function import once_differentiable
 from torch.library import triton_op, wrap_triton
 
 from .._checks import check_eps
@@ -94,6 +95,7 @@ def _setup(ctx, inputs, output):
     ctx.gemma, ctx.has_residual = gemma, residual is not None
 
 
+@once_differentiable  # the backward op has no derivative of its own: a second one raises, never drops terms
 def _backward(ctx, dy, dh_out, _drstd):
     h, weight, rstd = ctx.saved_tensors
     dh, dw = torch.ops.normlab_triton.rms_norm_bwd(dy, h, weight, rstd, ctx.gemma)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .triton_norm import ROWS_MAX_D, _bf16_by_bits, _load_h, _out_of_range, _pow2_scale, _store_y
+from .triton_kernels import ROWS_MAX_D, _bf16_by_bits, _load_h, _out_of_range, _pow2_scale, _store_y
 
 __all__ = ["ROWS_MAX_D", "ROWS_TILE", "ROWS_WARPS", "rows_settings", "fwd_rows"]
 
@@ -62,7 +62,8 @@ def _norm_fwd_rows_kernel(X, RES, W, B, Y, H, MEAN, RSTD, n_rows, d, d_f, eps,
         tl.store(MEAN + rows, mean + c, mask=live)
     # rare: a row whose float32 sum left the normal range gets the one-row kernel's rescaled second pass
     # (_wide_rows), here on the tile still in registers: z = h * 2^k with max |z| in [0.5, 1), statistics of
-    # z, y = z * rstd_z. Rows with Inf or NaN, or of zeros, keep the float32 result stored above.
+    # z, y = z * rstd_z. Rows with Inf or NaN, or of zeros, keep the float32 result stored above. A constant
+    # LayerNorm row (a row of 1e38s: its float32 mean is Inf) gets mean = its value, y = the bias.
     wide = _out_of_range(s) & live
     if tl.sum(wide.to(tl.int32), axis=0) > 0:
         amax = tl.max(tl.abs(h), axis=1)
@@ -78,6 +79,14 @@ def _norm_fwd_rows_kernel(X, RES, W, B, Y, H, MEAN, RSTD, n_rows, d, d_f, eps,
             zc = tl.where(mask, z - mz[:, None], 0.0)
             cz = tl.sum(zc, axis=1) / d_f
             vz = tl.maximum(tl.sum(zc * zc, axis=1) / d_f - cz * cz, 0.0).to(tl.float64)
+            hi = tl.max(tl.where(mask, h, -float("inf")), axis=1)
+            const = ok & (hi == tl.min(tl.where(mask, h, float("inf")), axis=1))
+            rc = tl.math.div_rn(1.0, tl.sqrt_rn(eps + tl.zeros([ROWS], dtype=tl.float32)))
+            _store_y(Y, W, B, offs, wcols, mask & const[:, None], h, hi[:, None], tl.zeros([ROWS, 1], tl.float32),
+                     rc[:, None], IS_RMS, GEMMA, HAS_W, HAS_B, BF16_BY_BITS)
+            tl.store(RSTD + rows, rc, mask=const)
+            tl.store(MEAN + rows, hi, mask=const)
+            ok = ok & ~const
             tl.store(MEAN + rows, ((mz + cz).to(tl.float64) / sc).to(tl.float32), mask=ok)
         rz = 1.0 / tl.sqrt(vz + eps * sc * sc)
         _store_y(Y, W, B, offs, wcols, mask & ok[:, None], z, mz[:, None], cz[:, None], rz.to(tl.float32)[:, None],

@@ -16,7 +16,6 @@ from reference_impl import conventions as cv
 from reference_impl import reference as ref
 from reference_impl import variants as va
 
-F32_MAX = torch.finfo(torch.float32).max
 
 
 def _data(shape, seed, dtype=torch.float64):
@@ -172,20 +171,105 @@ def test_torch_func_matches_plain_autograd(name):
 
 # ---------------------------------------------------------------- range thresholds (docs/numerics.md)
 
-def overflow_threshold() -> float:
-    """The smallest float32 |x| whose square rounds to Inf: the row then has rstd 0."""
-    t = torch.tensor(math.sqrt(F32_MAX), dtype=torch.float32)
-    while torch.isfinite(t * t):
-        t = torch.nextafter(t, torch.tensor(math.inf))
-    return float(t)
+EDGES = ref.square_edges(torch.float32)
+RANGE_PATHS = {
+    "reference.rms_norm": lambda x, e: ri.rms_norm(x, None, e),
+    "reference.layer_norm": lambda x, e: ri.layer_norm(x, None, None, e),
+}
 
 
-def test_overflow_threshold_is_measured_where_the_paths_turn_to_zero():
-    t = overflow_threshold()
-    assert 1.8e19 < t < 1.9e19
-    below = float(torch.nextafter(torch.tensor(t), torch.tensor(0.0)))
-    for fn in (lambda x: ri.rms_norm(x, None, 1e-6), lambda x: cv.rms_norm(x, None, 1e-6, convention="llama")):
-        big = fn(torch.tensor([[t, 1.0]]))
-        assert big[0, 1] == 0, "a square that overflows makes the row's rstd 0"
-        ok = fn(torch.tensor([[below, 1.0]]))
-        assert ok[0, 0] > 0.99, "just below the threshold the row is normalized"
+@pytest.mark.parametrize("name", list(RANGE_PATHS))
+def test_range_edges_are_where_the_reference_paths_fail(name):
+    """docs/numerics.md prints square_edges(): a row holding the overflow value comes out as zeros (rstd 0),
+    one a float32 step below it is normalized; with eps=0 a row at the underflow value is Inf/NaN, one a
+    float32 step above it is normalized."""
+    fn = RANGE_PATHS[name]
+    over, under = EDGES["overflow"], EDGES["underflow"]
+    assert 1.8e19 < over < 1.9e19 and 2e-23 < under < 3e-23
+    step_down = float(torch.nextafter(torch.tensor(over), torch.tensor(0.0)))
+    step_up = float(torch.nextafter(torch.tensor(under), torch.tensor(1.0)))
+    # rows of mean 0, so that LayerNorm's deviations are the elements themselves
+    big = fn(torch.tensor([[over, -over, 1.0, -1.0]]), 1e-6)
+    assert torch.equal(big, torch.zeros_like(big)), big   # rstd 0
+    ok = fn(torch.tensor([[step_down, -step_down, 1.0, -1.0]]), 1e-6)
+    assert torch.isfinite(ok).all() and ok.abs().max() > 0.5, ok
+    tiny = fn(torch.tensor([[under, -under, under, -under]]), 0.0)
+    assert torch.isinf(tiny).all(), tiny   # rstd Inf
+    fine = fn(torch.tensor([[step_up, -step_up, step_up, -step_up]]), 0.0)
+    assert torch.isfinite(fine).all() and fine.abs().max() > 0.5, fine
+
+
+# ---------------------------------------------------------------- distributed norms on one gloo rank
+
+_DIST_WORKER = r"""
+import json, torch, torch.distributed as dist
+from reference_impl import distributed as D, oracle
+dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+out = {}
+g = torch.Generator().manual_seed(8)
+fns = {
+    "sharded_rms_norm": lambda x, w: D.sharded_rms_norm(x, w, 1e-6),
+    "sequence_parallel_rms_norm": lambda x, w: D.sequence_parallel_rms_norm(x, w, 1e-6),
+    "sharded_layer_norm": lambda x, w: D.sharded_layer_norm(x, w, None, 1e-5),
+    "sequence_parallel_layer_norm": lambda x, w: D.sequence_parallel_layer_norm(x, w, None, 1e-5),
+}
+for name, fn in fns.items():
+    x = torch.randn(3, 8, generator=g, dtype=torch.float64).requires_grad_(True)
+    w = (1 + 0.2 * torch.randn(8, generator=g, dtype=torch.float64)).requires_grad_(True)
+    try:
+        (gx,) = torch.autograd.grad(fn(x, w).pow(2).sum(), x, create_graph=True)
+        gx.sum().backward()
+        out[name] = None
+    except RuntimeError as e:
+        out[name] = str(e)
+    try:
+        big = {"sharded_rms_norm": lambda t: D.sharded_rms_norm(t, None, 1e39),
+               "sequence_parallel_rms_norm": lambda t: D.sequence_parallel_rms_norm(t, None, 1e39),
+               "sharded_layer_norm": lambda t: D.sharded_layer_norm(t, None, None, 1e39),
+               "sequence_parallel_layer_norm": lambda t: D.sequence_parallel_layer_norm(t, None, None, 1e39)}
+        big[name](x.detach().float())
+        out[name + "/eps"] = None
+    except ValueError as e:
+        out[name + "/eps"] = str(e)
+x = (1e4 + torch.randn(4, 1024, generator=g, dtype=torch.float64)).float()
+y = D.sharded_layer_norm(x, None, None, 1e-5)
+want = oracle.layer_norm_forward(x.double().numpy(), None, None, 1e-5)
+out["large_mean_err"] = float((y.double() - torch.from_numpy(want)).abs().max())
+dist.destroy_process_group()
+print("RESULT" + json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def one_rank():
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-c", _DIST_WORKER], cwd=repo, capture_output=True, text=True, timeout=300)
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")]
+    assert proc.returncode == 0 and line, proc.stderr[-3000:]
+    return json.loads(line[0][len("RESULT"):])
+
+
+DIST_FNS = ["sharded_rms_norm", "sequence_parallel_rms_norm", "sharded_layer_norm", "sequence_parallel_layer_norm"]
+
+
+@pytest.mark.parametrize("name", DIST_FNS)
+def test_distributed_second_derivative_raises_once_differentiable(one_rank, name):
+    err = one_rank[name]
+    assert err is not None, f"{name}: a second derivative returned a number (its rstd is a constant there)"
+    assert "once_differentiable" in err, err
+
+
+@pytest.mark.parametrize("name", DIST_FNS)
+def test_distributed_eps_above_float32_max_is_refused(one_rank, name):
+    err = one_rank[name + "/eps"]
+    assert err is not None and "largest value" in err, err
+
+
+def test_sharded_layer_norm_default_is_accurate_at_a_large_mean(one_rank):
+    """Rows of mean 1e4 and std 1: the default statistics keep the variance (the sums lose it)."""
+    assert one_rank["large_mean_err"] < 1e-3, one_rank["large_mean_err"]

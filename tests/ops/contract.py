@@ -409,6 +409,23 @@ class ContractTests:
         tol.assert_within(y.cpu(), oracle.layer_norm_forward(_np(s), _np(w), _np(b), 0.0),
                           tol.ln_forward_bound(s, w, b, 0.0, dtype), f"{be.name} ln fp32 contract, wide rows")
 
+    @pytest.mark.parametrize("residual", [False, True], ids=["plain", "fp32_residual"])
+    def test_layer_norm_constant_rows_whose_sum_overflows(self, residual):
+        """A constant row of 1e38s: its float32 sum overflows, but the row has mean 1e38 and variance 0, so
+        y is the bias and rstd 1 / sqrt(eps), as for any constant row (not NaN from an Inf mean)."""
+        be = self.backend
+        for d in sorted({s[-1] for s in be.shapes} | {4}):
+            x = torch.tensor([1e38, -3e38, 2.5e38, 1.0], dtype=torch.float32)[:, None].expand(4, d).contiguous()
+            b = torch.linspace(-1, 1, d)
+            w = 1 + torch.arange(d, dtype=torch.float32) / d
+            r = torch.zeros_like(x) if residual else None
+            y, mean, rstd, _ = be.ops.layer_norm_fwd(be.to(x), be.to(w), be.to(b), LN_EPS, be.to(r), 2 if residual else 0)
+            y, mean, rstd = y.cpu(), mean.cpu(), rstd.cpu()
+            assert torch.equal(y, b.expand(4, d)), (be.name, d, y[:, :4])
+            assert torch.equal(mean, x[:, 0]), (be.name, d, mean)
+            want = torch.full((4,), 1.0 / math.sqrt(float(torch.tensor(LN_EPS, dtype=torch.float32))), dtype=torch.float64)
+            torch.testing.assert_close(rstd.double(), want, rtol=2.0 ** -23, atol=0)  # float or double rsqrt
+
     def test_bad_arguments_raise_type_or_value_errors(self):
         for what, (etype, fn) in self._bad_calls().items():
             assert _err(fn, what) is etype, what

@@ -240,7 +240,7 @@ WMODES = [(torch.float32, "none"), (torch.float32, "same"), (torch.bfloat16, "no
 # RMSNorm
 # --------------------------------------------------------------------------------------------------------
 
-@pytest.mark.guards("triton.rms_forward", "snippet:triton_norm.forward", "snippet:triton_norm.host")
+@pytest.mark.guards("triton.rms_forward", "snippet:triton_kernels.forward", "snippet:triton_norm.host")
 @pytest.mark.parametrize("convention", ["llama", "gemma"])
 @pytest.mark.parametrize("dtype,wmode", WMODES, ids=lambda v: str(v).replace("torch.", ""))
 def test_rms_forward_matches_oracle(be, dtype, wmode, convention):
@@ -310,7 +310,7 @@ def _rms_backward_case(be, shape, block, dtype, wmode, convention, residual, see
     return outs, g
 
 
-@pytest.mark.guards("triton.backward", "snippet:triton_norm.backward", "snippet:triton_norm.partials",
+@pytest.mark.guards("triton.backward", "snippet:triton_kernels.backward", "snippet:triton_kernels.partials",
                     "snippet:triton_norm.autograd")
 @pytest.mark.parametrize("residual", [False, True], ids=["plain", "residual"])
 @pytest.mark.parametrize("convention", ["llama", "gemma"])
@@ -336,7 +336,7 @@ def test_residual_stream_gradient_adds_once(be, dtype):
     assert torch.equal(g2[0], dh_out) and torch.equal(g2[1], dh_out)
 
 
-@pytest.mark.guards("triton.dweight", "snippet:triton_norm.partials")
+@pytest.mark.guards("triton.dweight", "snippet:triton_kernels.partials")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_dweight_is_bit_identical_across_runs_and_within_bound_for_any_row_split(be, dtype):
     """Two-stage dweight: repeated runs give the same bits; splitting the rows into 1, 3, 5 or 24 blocks

@@ -93,7 +93,7 @@ def test_triton_op_matches_the_plain_launcher(interp_results):
 
 def test_the_kernel_casts_its_scalars_on_entry():
     """The pin is in the kernel's own source (so every launcher, Inductor's included, goes through it)."""
-    src = (REPO / "reference_impl" / "ops" / "triton_norm.py").read_text()
+    src = (REPO / "reference_impl" / "ops" / "triton_kernels.py").read_text()
     body = src[src.index("def _norm_fwd_kernel"):src.index("row = tl.program_id(0)", src.index("def _norm_fwd_kernel"))]
     assert "eps = tl.cast(eps, tl.float32)" in body and "d_f = tl.cast(d_f, tl.float32)" in body
 
@@ -201,7 +201,7 @@ def test_backward_op_matches_the_eager_kernels_and_the_oracle():
 
 def test_every_triton_kernel_pins_its_float_scalars():
     """Each kernel that takes d_f (or eps) casts it to float32 before use."""
-    src = (REPO / "reference_impl" / "ops" / "triton_norm.py").read_text()
+    src = (REPO / "reference_impl" / "ops" / "triton_kernels.py").read_text()
     for name in ("_norm_fwd_kernel", "_norm_bwd_row_stats_kernel", "_norm_bwd_kernel"):
         start = src.index(f"def {name}")
         body = src[start:src.index("row", src.index('"""', src.index('"""', start) + 3))]
