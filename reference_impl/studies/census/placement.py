@@ -289,7 +289,9 @@ def place(model_type: str, norm_types: tuple, class_catalog: dict) -> dict:
         for c in tr.calls:
             if not isinstance(c.module, norm_types) or c.name.startswith(prefix + "."):
                 continue
-            if c.idx > (last.end or 0) and c.x is not None and c.x.shape[-1] == hidden and not final:
+            on_stream = c.x is not None and (same(c.x, last.y) or any(
+                i > (last.end or 0) and i < c.idx and same(out, c.x) for i, _, out in tr.adds))
+            if c.idx > (last.end or 0) and on_stream and c.x.shape[-1] == hidden and not final:
                 final = True
                 rows_final = {"module": c.name, "class": type(c.module).__name__}
                 continue
