@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "docs" / "data" / "distributed.json"
 PLOTS = REPO / "docs" / "data" / "plots"
 COMMAND = "python -m reference_impl.studies.distributed_bench"
-SOURCES = ["reference_impl/studies/distributed_bench.py", "reference_impl/distributed.py",
+SOURCES = ["reference_impl/studies/distributed_bench.py", "reference_impl/distributed.py", "reference_impl/comm.py",
            "reference_impl/conventions.py", "reference_impl/_checks.py", "reference_impl/oracle.py",
            "reference_impl/reference.py", "reference_impl/symbolic/algebra.py",
            "reference_impl/symbolic/formulas.py", "reference_impl/symbolic/costs.py"]

@@ -118,19 +118,10 @@ def test_no_import_circle_among_the_package_modules():
         "\n".join(" <-> ".join(c) for c in cycles)
 
 
-# distributed.py grew past the limit with the sharded norms' second-derivative fixes; until it is split, it
-# makes the test below report "xfailed" (visibly), never "passed"; any other long module still fails it.
-# Remove the entry when the module is back under the limit.
-PENDING_LONG = ("reference_impl/distributed.py",)
-
-
 def test_no_module_over_600_lines():
     long = {path.relative_to(REPO).as_posix(): n for path in _modules().values()
             if (n := len(path.read_text().splitlines())) > MAX_LINES}
-    others = {k: v for k, v in long.items() if k not in PENDING_LONG}
-    assert not others, f"modules over {MAX_LINES} lines (split them by what they hold): {others}"
-    if long:
-        pytest.xfail(f"known long module, to be split: {long}")
+    assert not long, f"modules over {MAX_LINES} lines (split them by what they hold): {long}"
 
 
 def test_the_catalog_prints_its_names_and_is_a_read_only_mapping():
