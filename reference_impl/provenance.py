@@ -155,11 +155,21 @@ def normalized_source(path: Path) -> bytes:
     return raw
 
 
+# A study that writes a second data file may import the module behind that file only to write it; the
+# second file records that module's closure as its own sources. Such a module is not a source of the first
+# file's numbers, so the closure from the study does not walk into it.
+SECOND_FILE_MODULES = {
+    "reference_impl/studies/training.py": ("reference_impl/equivalence.py",),  # -> training_equivalence.json
+}
+
+
 def python_closure(*entries: str, root: Path = REPO, exclude=("reference_impl/provenance.py",)) -> list[str]:
     """The given repository-relative Python files and every module of the repository they import,
     directly or not (relative and absolute ``reference_impl`` imports; imports inside functions too).
     Package ``__init__`` files are left out (they only re-export). Native sources loaded at run time are
-    not imports: list them yourself."""
+    not imports: list them yourself. Modules an entry imports only for a second data file
+    (:data:`SECOND_FILE_MODULES`) are left out of that entry's closure."""
+    exclude = tuple(exclude) + tuple(m for e in entries for m in SECOND_FILE_MODULES.get(e, ()))
     seen: list[str] = []
     todo = list(entries)
     while todo:

@@ -47,12 +47,6 @@ def rc(theme: str) -> dict:
     }
 
 
-def ink(theme: str) -> str:
-    """The main text colour of a theme: error bars and whiskers (matplotlib draws them black by default,
-    which vanishes on the dark page)."""
-    return THEMES[theme]["text"]
-
-
 def muted(theme: str) -> str:
     """The secondary text colour of a theme (annotations, reference lines)."""
     return THEMES[theme]["muted"]

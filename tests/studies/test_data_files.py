@@ -303,3 +303,15 @@ def test_a_missing_allocator_is_recorded_and_named(monkeypatch, tmp_path):
     ok, why = bench.allocator_available("jemalloc")
     assert not ok and "libjemalloc2" in why and "missing" in why
     assert bench.allocator_available("glibc") == (True, "available")
+
+
+def test_training_files_list_the_modules_behind_their_own_numbers():
+    """training.json's numbers come from the training loop (the equivalence module only writes the second
+    file, which lists it): each file's sources are the closure of what computes it."""
+    import json
+
+    train = json.loads((REPO / "docs/data/training.json").read_text())["provenance"]["sources"]
+    eq = json.loads((REPO / "docs/data/training_equivalence.json").read_text())["provenance"]["sources"]
+    assert train == pv.python_closure("reference_impl/studies/training.py")
+    assert "reference_impl/equivalence.py" not in train and "reference_impl/tiny_lm.py" in train
+    assert eq == pv.python_closure("reference_impl/equivalence.py") and "reference_impl/equivalence.py" in eq

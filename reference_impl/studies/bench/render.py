@@ -155,7 +155,7 @@ def _bars(theme, idx, panels, shapes, impls, labels, colors, xlabel, title, valu
                     hi.append((rec["gbps_max"] - rec["gbps"]) * scale)
             if ys:
                 ax.barh(ys, xs, height, xerr=[lo, hi], capsize=1.5, label=labels[impl] if n == 0 else None,
-                        ecolor=plotstyle.ink(theme),
+                        ecolor=plotstyle.THEMES[theme]["text"],  # the text colour: black bars vanish on the dark page
                         color=colors[impl], hatch="//" if impl in CEILINGS else None,
                         edgecolor=plotstyle.muted(theme) if impl in CEILINGS else None, linewidth=0.4)
         ax.set_yticks([i + 0.4 - height / 2 for i in range(len(shapes))], [f"{r}x{d}" for r, d in shapes])
