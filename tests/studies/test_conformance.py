@@ -95,8 +95,23 @@ def test_a_committed_case_reproduces(case_id):
     fresh = C.measure_case(case, impls)
     stored = next(c for c in DATA["cases"] if c["id"] == case_id)
     assert fresh["reference"] == stored["reference"]
+    # the fused CPU op sums in the order of the instruction set it runs on (AVX-512 or AVX2): its bits
+    # reproduce only on a machine with the same SIMD flags as the one that wrote the file
+    same_isa = _simd_flags() == DATA["provenance"]["machine"]["simd_flags"]
+    compared = 0
     for key, res in fresh["results"].items():
+        if key.startswith("fused_") and not same_isa:
+            assert res["max_ulp"] <= 2 * max(1, stored["results"][key]["max_ulp"]), (case_id, key)
+            continue
         assert res == stored["results"][key], (case_id, key)
+        compared += 1
+    assert compared >= 4, (case_id, compared)
+
+
+def _simd_flags():
+    from reference_impl.provenance import machine
+
+    return machine()["simd_flags"] if "simd_flags" in machine() else None
 
 
 # ------------------------------------------------------------------------------------------ the page's advice
