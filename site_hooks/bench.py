@@ -68,7 +68,16 @@ def bench_table_macro(ctx, rows, *columns) -> str:
     if not isinstance(rows, (list, tuple)) or not rows or not columns:
         raise MacroError(f"{ctx.src_path}: bench_table needs a non-empty list of row keys and at least one column")
     lines = ["| " + " | ".join(c[0] for c in columns) + " |", "|" + "---|" * len(columns)]
+    allocators = load(FILE).get("allocators", {})
     for row in rows:
+        key = row[0] if isinstance(row, (list, tuple)) else row
+        if isinstance(allocators.get(key), dict) and not allocators[key].get("available", True):
+            # an allocator whose package was missing when the benchmark ran: no figure, and the reason
+            label = columns[0][1].format(row=row)
+            label = label[1:] if label.startswith("=") else key
+            lines.append("| " + " | ".join([label] + ["not measured: the package was not installed on this machine"] +
+                                           ["-"] * (len(columns) - 2)) + " |")
+            continue
         cells = []
         for col in columns:
             if not (isinstance(col, tuple) and len(col) in (2, 3)):
