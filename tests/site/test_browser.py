@@ -359,15 +359,15 @@ def test_copy_button_copies_the_embedded_code(open_page, site_url):
     # every copy event: what was selected for copying (clipboard.js copies through a selection)
     page.evaluate("""() => { window.__copied = [];
         document.addEventListener('copy', () => window.__copied.push(String(document.getSelection())), true); }""")
-    block = page.locator("div.highlight", has_text="def rms_forward").first
+    block = page.locator("div.highlight", has_text="def reference_rms_norm").first
     block.hover()
     button = block.locator("button[data-clipboard-target]")  # Material's copy button (md-code__button)
-    assert button.count() == 1, "no copy button on the embedded rms_forward code block"
+    assert button.count() == 1, "no copy button on the embedded reference_rms_norm code block"
     button.click()
     page.wait_for_function("() => window.__copied.length > 0", timeout=5000)
     copied = page.evaluate("() => window.__copied[window.__copied.length - 1]")
     clipboard = page.evaluate("() => navigator.clipboard.readText()")
-    expected = _snippet("reference_impl/reference.py", "rms_forward")
+    expected = _snippet("reference_impl/standalone/reference.py", "reference_rms_norm")
     norm = lambda s: "\n".join(line.rstrip() for line in s.strip("\n").splitlines())  # noqa: E731
     assert norm(copied) == norm(expected)
     assert norm(clipboard) == norm(expected)

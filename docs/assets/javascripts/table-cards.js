@@ -25,7 +25,7 @@
   }
   function all() {
     var tables = document.querySelectorAll("article table");
-    for (var t = 0; t < tables.length; t++) label(tables[t]);
+    for (var t = 0; t < tables.length; t++) if (!tables[t].closest(".norm-widget")) label(tables[t]);  // the widget lays out its own table
   }
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", all);
   else all();
