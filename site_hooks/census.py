@@ -27,7 +27,7 @@ FILE = "census.json"
 CONFORMANCE = "conformance.json"
 PAGE_DEPTH = "../"  # docs/models.md is served at models/, so other pages are one folder up
 ROLES = ("input", "sublayer_output", "residual_sum", "q_per_head", "k_per_head", "q_whole", "k_whole", "latent",
-         "final", "embedding", "other")
+         "inner_output", "final", "embedding", "other")
 PLACEMENT_WORDS = {"pre": "a norm on each sub-layer's input (Pre-LN)",
                    "post": "a norm on the residual stream after each addition (Post-LN)",
                    "sandwich": "a norm on each sub-layer's input and on its output",
@@ -186,6 +186,7 @@ def page_record() -> dict:
             "rope": m["qk_rope"], "final": bool(m["final_norm"]), "extra": m["extra_norms"], "eps": m["eps"],
             "eps_attr": m["eps_attr"], "src": source_url(version, m["source"]) if m["source"] else None,
             "layer": [[e["module"], e["class"], e["role"], e["sublayer"], e.get("note")] for e in m["layer"]],
+            "par": bool(m.get("parallel")),
         })
     cls_out = {}
     for name in sorted(used_classes):

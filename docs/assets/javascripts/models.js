@@ -10,10 +10,12 @@
     input: "on the sub-layer's input", sublayer_output: "on the sub-layer's output, before the addition",
     residual_sum: "on the residual stream, after the addition", q_per_head: "queries, per head",
     k_per_head: "keys, per head", q_whole: "queries, whole projection", k_whole: "keys, whole projection",
-    latent: "a compressed latent", final: "the final hidden state", embedding: "the embeddings", other: "other"
+    latent: "a compressed latent", inner_output: "inside the sub-layer, on what its output projection reads",
+    final: "the final hidden state", embedding: "the embeddings", other: "other"
   };
   var ROLE_SHORT = { q_per_head: "q, per head", k_per_head: "k, per head", q_whole: "q, whole projection",
-                     k_whole: "k, whole projection", latent: "latent", other: "other" };
+                     k_whole: "k, whole projection", latent: "latent",
+                     inner_output: "before the output projection", other: "other" };
 
   function key(s) { return String(s || "").toLowerCase().replace(/[^a-z0-9]/g, ""); }
 
@@ -85,10 +87,12 @@
 
   function clip(text, n) { return text.length > n ? text.slice(0, n - 1) + "\u2026" : text; }
 
-  function groups(layer) {
+  // a parallel block (attention and MLP read the same input) is one branch holding both
+  function groups(layer, par) {
     var out = [];
     layer.forEach(function (e) {
       var sub = e[3] || null, last = out[out.length - 1];
+      if (par && sub) sub = "attention+mlp";
       if (!last || last.sub !== sub) { last = { sub: sub, items: [] }; out.push(last); }
       last.items.push({ module: e[0], cls: e[1], role: e[2], note: e[4] || "" });
     });
@@ -119,7 +123,7 @@
     body.appendChild(svg("text", { x: STREAM + 8, y: y + 10, "class": "mf-note" }, "residual stream in"));
     y += 20;
     var top = y - 6;
-    groups(m.layer).forEach(function (g) {
+    groups(m.layer, m.par).forEach(function (g) {
       if (!g.sub) {  // norms outside both sub-layers sit on the stream itself
         g.items.forEach(function (it) {
           box(4, W - 10, normLabel(it), "norm", normTitle(it, ROLE_WORDS[it.role] || it.role));
@@ -141,7 +145,7 @@
         var rope = (it.role.charAt(0) === "q" || it.role.charAt(0) === "k") && m.rope ? ", " + m.rope + " RoPE" : "";
         return it.module + " \u00b7 " + (ROLE_SHORT[it.role] || it.role) + rope;
       });
-      ticks.push(box(BOX_X, BOX_W, g.sub === "mlp" ? "MLP" : g.sub, "sublayer", g.sub + (lines.length ? ": " + inner.map(function (it, i) {
+      ticks.push(box(BOX_X, BOX_W, g.sub === "mlp" ? "MLP" : g.sub === "attention+mlp" ? "attention and MLP, in parallel" : g.sub, "sublayer", g.sub + (lines.length ? ": " + inner.map(function (it, i) {
         return lines[i] + " (" + it.cls + (it.note ? "; " + it.note : "") + ")"; }).join("; ") : ""), lines));
       post.forEach(function (it) { ticks.push(box(BOX_X, BOX_W, normLabel(it), "norm", normTitle(it, ROLE_WORDS.sublayer_output))); });
       var yAdd = y + 4;
@@ -213,6 +217,7 @@
       if (c.note) out.push(n + ": " + c.note);
       if (c.exception) out.push(n + ": " + c.exception);
     });
+    if (m.par) out.push("a parallel block: attention and the MLP read the same input, their outputs are added together");
     m.extra.forEach(function (e) { out.push("extra norm: " + e); });
     if (m.eps === null || m.eps === undefined) out.push("the config sets no eps");
     return out;

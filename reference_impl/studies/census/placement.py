@@ -7,7 +7,9 @@ its order against the rotary embedding, the final norm, extra norms and the conf
 Placement from the roles of the norms on the residual stream's width in the first decoder layer:
 ``pre`` (only ``input``), ``output`` (only ``sublayer_output``: OLMo 2's order), ``sandwich`` (``input``
 and ``sublayer_output``), ``post`` (only ``residual_sum``: the original Transformer), ``other`` (anything
-else, described in ``placement_note``).
+else, described in ``placement_note``). A norm whose output both the attention and the MLP read has the
+sub-layer ``attention+mlp``; ``parallel`` is true when the MLP reads the same input as the attention rather than
+the sum holding the attention's output (GPT-J, GPT-NeoX, Cohere, Falcon, Phi), said in ``placement_note`` too.
 """
 from __future__ import annotations
 
@@ -61,16 +63,19 @@ def _rel(name: str, prefix: str) -> str:
 
 
 def _sublayer_kind(rel: str, cls: str) -> str | None:
+    """attention / mlp from the attribute name, else from the class name's last match (``Qwen3MoeAttention`` is
+    attention, ``Qwen3_5MoeGatedDeltaNet`` a token mixer: the model's own name may say "Moe")."""
     last = rel.split(".")[0]
-    if _MLP.search(last) or _MLP.search(cls):
+    if _MLP.search(last):
         return "mlp"
-    if _ATTN.search(last) or _ATTN.search(cls):
+    if _ATTN.search(last):
         return "attention"
-    return None
+    hits = [(m.end(), k) for k, rx in (("mlp", _MLP), ("attention", _ATTN)) for m in rx.finditer(cls)]
+    return max(hits)[1] if hits else None
 
 
-def classify_layer(tr: Trace, prefix: str, hidden: int, head_dim: int | None, index: int = 0):
-    """The norms of layer ``prefix.index`` in call order, each with its role and sub-layer."""
+def _layer_calls(tr: Trace, prefix: str, index: int):
+    """The call of layer ``prefix.index``, the calls inside it and its sub-layers (direct children) with kinds."""
     lname = f"{prefix}.{index}"
     layer = next(c for c in tr.calls if c.name == lname)
     inside = [c for c in tr.calls if layer.idx < c.idx < (layer.end or 1 << 60) and c.name.startswith(lname + ".")]
@@ -82,6 +87,36 @@ def classify_layer(tr: Trace, prefix: str, hidden: int, head_dim: int | None, in
         kind = _sublayer_kind(rel, type(c.module).__name__)
         if kind:
             subs.append((c, kind))
+    return lname, layer, inside, subs
+
+
+def parallel_of(tr: Trace, prefix: str, index: int = 0) -> str | None:
+    """How a layer runs attention and the MLP side by side, or None when the MLP reads the attention's sum.
+
+    Parallel: the MLP's input and the attention's input (each traced back through the norm that made it) are the
+    same tensor, so the MLP does not see the attention's output; both outputs are added to the stream. Returns
+    ``"shared"`` when one norm's output feeds both (GPT-J, Cohere, Phi) and ``"separate"`` when each has its own
+    norm on the same input (GPT-NeoX with ``use_parallel_residual``)."""
+    lname, layer, inside, subs = _layer_calls(tr, prefix, index)
+    norms = [c for c in inside if isinstance(c.module, tr.norm_types) and c.y is not None]
+
+    def source(s):
+        n = next((n for n in reversed(norms) if n.idx < s.idx and same(n.y, s.x)), None)
+        return (n.x if n is not None else s.x), n
+
+    for a, ka in subs:
+        for m, km in subs:
+            if ka != "attention" or km != "mlp" or a.x is None or m.x is None:
+                continue
+            (xa, na), (xm, nm) = source(a), source(m)
+            if same(xa, xm):
+                return "shared" if na is not None and na is nm else "separate"
+    return None
+
+
+def classify_layer(tr: Trace, prefix: str, hidden: int, head_dim: int | None, index: int = 0):
+    """The norms of layer ``prefix.index`` in call order, each with its role and sub-layer."""
+    lname, layer, inside, subs = _layer_calls(tr, prefix, index)
     linears = [c for c in inside if isinstance(c.module, torch.nn.Linear) and c.y is not None]
     adds = [(i, ops, out) for i, ops, out in tr.adds if layer.idx < i < (layer.end or 1 << 60)]
     rope = [(i, outs) for i, outs in tr.rope if layer.idx < i < (layer.end or 1 << 60)]
@@ -94,6 +129,8 @@ def classify_layer(tr: Trace, prefix: str, hidden: int, head_dim: int | None, in
         rel = _rel(c.name, lname)
         role, sub, note = _role(c, layer, subs, linears, adds, hidden, head_dim, rel, rope, inside, lname, scales,
                                 streams)
+        if role == "input" and {"attention", "mlp"} <= _consumers(c, inside, lname):
+            sub = "attention+mlp"   # a parallel block: one norm feeds both sub-layers
         rows.append({"module": rel, "class": type(c.module).__name__, "role": role, "sublayer": sub,
                      "note": note, "_idx": c.idx})
     return rows, layer
@@ -121,6 +158,25 @@ def _consumer(c, inside, y, lname) -> str | None:
         if d.idx > c.idx and d is not c and same(d.x, y):
             return _path_kind(_rel(d.name, lname))
     return None
+
+
+def _consumers(c, inside, lname) -> set:
+    """attention / mlp: the kinds of every call inside the layer that reads the norm's output."""
+    return {_path_kind(_rel(d.name, lname)) for d in inside if d.idx > c.idx and d is not c and same(d.x, c.y)} - {None}
+
+
+def _inner_output(c, subs, linears, lname):
+    """A norm inside a sub-layer on what its output projection reads: after it, the sub-layer calls exactly one
+    Linear, its last (Qwen3-Next's gated norm before out_proj, BitNet's before down_proj). (kind, note) or None."""
+    s, kind = next(((s, k) for s, k in subs if s.idx < c.idx < (s.end or 0)), (None, None))
+    if s is None or c.n_out != 1:   # a norm returning queries and keys together is no output norm
+        return None
+    after = [p for p in linears if c.idx < p.idx < (s.end or 0)]
+    if len(after) != 1:
+        return None
+    gate = "; gated (the norm also takes a gate tensor)" if c.n_in >= 2 else ""
+    return kind, (f"inside {type(s.module).__name__} ({_rel(s.name, lname)}), on what "
+                  f"{_rel(after[0].name, s.name)} reads{gate}")
 
 
 def _streams(layer, adds, scales, norms=()) -> list:
@@ -188,12 +244,18 @@ def _role(c, layer, subs, linears, adds, hidden, head_dim, rel, rope=(), inside=
             return f"{which}_per_head", "attention", None
         if which and head_dim and width % head_dim == 0:
             return f"{which}_whole", "attention", None
+        inner = _inner_output(c, subs, linears, lname) if which is None and proj is None else None
+        if inner:
+            return "inner_output", inner[0], inner[1]
         where = owner or _path_kind(rel)
         what = f"on the output of {pname}" if pname else "on a tensor made inside the layer"
         if where is None and width != hidden:
             return "other", None, f"width {width}, not the residual stream's {hidden}, {what}"
         return ("latent" if proj is not None and width != hidden else "other"), where, \
             f"width {width} inside the {where or 'layer'}, {what}"
+    inner = _inner_output(c, subs, linears, lname)
+    if inner:
+        return "inner_output", inner[0], inner[1]
     if fed is not None:
         return "input", fed, "its input is neither the layer's input nor a recorded sum"
     return "other", owner, "its input is neither the stream, a sub-layer's output nor a sum"
@@ -249,7 +311,7 @@ def place(model_type: str, norm_types: tuple, class_catalog: dict) -> dict:
     rec = {"model_type": model_type, "config_class": None, "model_class": None, "status": "error", "error": None,
            "norm_classes": [], "catalog": [], "placement": None, "placement_note": None, "qk_norm": None,
            "qk_rope": None, "final_norm": None, "extra_norms": [], "eps": None, "eps_attr": None, "layer": [],
-           "source": None}
+           "source": None, "parallel": None}
     try:
         cfg_cls, cls = build(model_type)
         rec["config_class"], rec["model_class"] = cfg_cls.__name__, cls.__name__
@@ -300,6 +362,12 @@ def place(model_type: str, norm_types: tuple, class_catalog: dict) -> dict:
         for r in rows:
             if r["role"] in ("latent", "other"):
                 extra.append(f"{r['role']}: {r['module']} ({r['class']})" + (f", {r['note']}" if r["note"] else ""))
+        seen = {r["module"] for r in rows}
+        for i, (rs, _) in enumerate(others, start=1):   # a hybrid's other kind of layer (linear attention)
+            for r in rs:
+                if r["role"] == "inner_output" and r["module"] not in seen:
+                    seen.add(r["module"])
+                    extra.append(f"inside a sub-layer of layer {i}: {r['module']} ({r['class']}), {r['note']}")
         classes = sorted({r["class"] for r in rows} | ({rows_final["class"]} if final else set()))
         rec.update({
             "status": "traced", "norm_classes": classes, "catalog": [class_catalog.get(c) for c in classes],
@@ -307,6 +375,13 @@ def place(model_type: str, norm_types: tuple, class_catalog: dict) -> dict:
             "layer": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
         })
         rec["placement"], rec["placement_note"] = placement_of(rows)
+        par = parallel_of(tr, prefix)
+        rec["parallel"] = par is not None
+        if par:
+            words = ("one norm's output feeds both" if par == "shared"
+                     else "each reads the layer's input through its own norm")
+            note = f"parallel block: attention and MLP side by side ({words}), both outputs added to the stream"
+            rec["placement_note"] = f"{rec['placement_note']}; {note}" if rec["placement_note"] else note
         rec["qk_norm"], rec["qk_rope"] = qk_of(qk_rows, tr.rope, qk_layer)
         differ = sorted({placement_of(rs)[0] for rs, _ in others} - {rec["placement"]})
         if differ:
@@ -317,7 +392,7 @@ def place(model_type: str, norm_types: tuple, class_catalog: dict) -> dict:
         del first
     except Exception as exc:  # recorded, never dropped
         rec.update(status="error", error=_short(exc), placement=None, qk_norm=None, final_norm=None, layer=[],
-                   norm_classes=[], catalog=[], extra_norms=[])
+                   norm_classes=[], catalog=[], extra_norms=[], parallel=None)
     return rec
 
 

@@ -85,7 +85,7 @@ def _error_record(model_type: str) -> dict:
     return {"model_type": model_type, "config_class": None, "model_class": None, "status": "error",
             "error": "unknown", "norm_classes": [], "catalog": [], "placement": None, "placement_note": None,
             "qk_norm": None, "qk_rope": None, "final_norm": None, "extra_norms": [], "eps": None,
-            "eps_attr": None, "layer": [], "source": None}
+            "eps_attr": None, "layer": [], "source": None, "parallel": None}
 
 
 def counts(classes: list[dict], models: list[dict]) -> dict:

@@ -12,8 +12,9 @@ Each norm call in the first decoder layer is then classified by tensor identity,
 ``sublayer_output`` (its input is the attention's or the MLP's output, before the add), ``residual_sum``
 (its input is the sum of an add and its output is the stream that goes on), ``q_per_head`` / ``k_per_head``
 (last dimension head_dim, taken from the query or key projection's storage) or ``q_whole`` / ``k_whole``
-(the whole projection), ``latent`` (another width inside attention: multi-head latent attention), and
-``final`` / ``embedding`` for norms after the last layer or before the first. Which projection a query or
+(the whole projection), ``latent`` (another width inside attention: multi-head latent attention),
+``inner_output`` (inside a sub-layer, on what its output projection reads: the gated norm of a linear-attention
+or Mamba mixer, BitNet's sub-norms), and ``final`` / ``embedding`` for norms after the last layer or before the first. Which projection a query or
 key norm reads is decided by the storage its input shares with a projection's output; only when the input
 is a fresh tensor (after the rotary embedding) does the projection's or the norm's attribute name decide.
 """
@@ -51,6 +52,8 @@ class Call:
     x: torch.Tensor | None = None
     y: torch.Tensor | None = None
     end: int | None = None
+    n_in: int = 0   # floating-point tensors passed in (2 for a gated norm: the input and its gate)
+    n_out: int = 0  # tensors returned (2 for a norm that takes and returns the queries and keys together)
 
 
 def _first_tensor(args, kwargs=None):
@@ -65,6 +68,10 @@ def _first_tensor(args, kwargs=None):
         if isinstance(a, torch.Tensor) and a.is_floating_point():
             return a
     return None
+
+
+def _n_floats(args, kwargs) -> int:
+    return sum(1 for a in (*args, *(kwargs or {}).values()) if isinstance(a, torch.Tensor) and a.is_floating_point())
 
 
 def _out_tensor(out):
@@ -145,7 +152,7 @@ class Trace:
 
     def _pre(self, name):
         def hook(mod, args, kwargs):
-            c = Call(self.tick(), name, mod, _first_tensor(args, kwargs))
+            c = Call(self.tick(), name, mod, _first_tensor(args, kwargs), n_in=_n_floats(args, kwargs))
             self.calls.append(c)
             self._open.setdefault(id(mod), []).append(c)
         return hook
@@ -156,6 +163,8 @@ class Trace:
             if stack:
                 c = stack.pop()
                 c.y, c.end = _out_tensor(out), self.tick()
+                c.n_out = sum(1 for o in out if isinstance(o, torch.Tensor)) if isinstance(out, (tuple, list)) \
+                    else int(isinstance(out, torch.Tensor))
         return hook
 
     def _patch_rope(self, owner):
