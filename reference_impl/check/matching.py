@@ -5,7 +5,9 @@ the conformance study share.
 - :func:`make_probes` builds inputs that separate the conventions: odd and even widths, gains stored in the
   checkpoint's dtype or in float32, rows so small that eps decides the result, rows large enough that a
   float16 square would overflow;
-- :func:`candidates` runs every catalog entry of a kind, with eps inside and outside the root;
+- :func:`candidates` runs every catalog entry of a kind, with eps inside and outside the root: the kinds and
+  candidates come from the catalog (an entry declares ``match_kind``, ``match_run`` and its variants on its
+  :class:`~reference_impl.norms.spec.NormSpec`), so a new entry is a candidate without an edit here;
 - :func:`match` runs a function on the probes and names the entry it equals on every probe, or the
   closest one with its largest distance in ulps.
 
@@ -20,7 +22,8 @@ from typing import Callable
 
 import torch
 
-KINDS = ("rms", "layer", "l2", "fused_add_rms")
+from ..norms.spec import NotApplicable  # re-exported: a candidate that does not apply to a probe
+
 GAINS = ("none", "w", "1+w")
 HUGE = 1 << 62  # the distance of a NaN from a number
 
@@ -65,7 +68,8 @@ class Probe:
     """One input of the norm: ``x`` ``(rows, width)`` (or a strided view of a wider tensor), the stored
     ``weight`` ``(width,)`` (the gain itself for ``gain="w"``, the offset from one for ``gain="1+w"``, None for
     ``"none"``), ``bias`` ``(width,)`` or None, ``eps`` (where it goes is the function's business), and for
-    the fused residual add the ``residual`` ``(rows, width)`` in x's dtype."""
+    the fused residual add the ``residual`` ``(rows, width)`` in x's dtype; for a gated norm the ``gate``
+    ``(rows, width)`` in x's dtype."""
 
     x: torch.Tensor
     weight: torch.Tensor | None
@@ -75,6 +79,7 @@ class Probe:
     gain: str = "w"
     residual: torch.Tensor | None = None
     scale: float = 1.0
+    gate: torch.Tensor | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -99,7 +104,7 @@ def dtype_name(dtype) -> str:
 
 def make_probes(width_list, dtypes, weight_dtypes, *, gain: str, bias: bool, eps: float,
                 scales=(1e-4, 1.0, 300.0), seed: int = 0, rows: int = 4, residual: bool = False,
-                noncontiguous: bool = False) -> list[Probe]:
+                noncontiguous: bool = False, gate: bool = False) -> list[Probe]:
     """Every combination of width, x dtype, weight dtype and scale, as :class:`Probe` s.
 
     ``x = scale * N(0, 1)`` rounded once to the dtype: with scale ``1e-4`` the mean square (1e-8) is below a
@@ -108,7 +113,10 @@ def make_probes(width_list, dtypes, weight_dtypes, *, gain: str, bias: bool, eps
     ``"w"``: ``1 + N(0, 0.1^2)``; ``"1+w"``: the offset ``N(0, 0.5^2)`` (Gemma's weights start at 0);
     ``"none"``: no weight. ``bias``: ``N(0, 0.3^2)``. ``residual``: ``N(0, 4^2)`` in x's dtype (the stream is
     larger than a block's output deep in a model). ``noncontiguous``: x is every other column of a tensor
-    twice as wide. The same seed gives the same probes.
+    twice as wide. ``gate``: ``N(0, 3^2)`` in x's dtype, drawn after everything else (so the other
+    tensors do not change): most values in [-6, 6], where silu and sigmoid are far from linear, from 0 and
+    from 1, so a gate applied with the wrong activation or at the wrong place changes the bits. The same
+    seed gives the same probes.
     """
     if gain not in GAINS:
         raise ValueError(f"gain must be one of {GAINS}, got {gain!r}")
@@ -132,17 +140,14 @@ def make_probes(width_list, dtypes, weight_dtypes, *, gain: str, bias: bool, eps
                         w = base.to(wdt)
                     b = (0.3 * torch.randn(d, generator=g, dtype=torch.float64)).to(wdt or dt) if bias else None
                     r = (4.0 * torch.randn(rows, d, generator=g, dtype=torch.float64)).to(dt) if residual else None
+                    z = (3.0 * torch.randn(rows, d, generator=g, dtype=torch.float64)).to(dt) if gate else None
                     label = (f"{dtype_name(dt)} x, {'no' if wdt is None else dtype_name(wdt)} w, ({rows}, {d}), "
                              f"scale {scale:g}" + (", strided" if noncontiguous else ""))
-                    out.append(Probe(x, w, b, float(eps), label, gain, r, float(scale)))
+                    out.append(Probe(x, w, b, float(eps), label, gain, r, float(scale), z))
     return out
 
 
 # ------------------------------------------------------------------------------------------ candidates
-
-class NotApplicable(Exception):
-    """A candidate that does not apply to a probe (skipped there, not counted)."""
-
 
 # a sentence per casting order; eps placement and the gain are added by describe()
 ORDERS = {
@@ -167,8 +172,12 @@ class Candidate:
     convention: str
     placement: str = "inside"
     folded: bool = False  # for a (1 + w) probe: the gain rounded to the weight's dtype before use
+    options: tuple = ()   # a declared entry's variant: keyword options for its spec's match_run
+    description: str = ""
 
     def describe(self) -> str:
+        if self.description:
+            return self.description + "".join(f"; {k} {v}" for k, v in self.options)
         s = ORDERS.get(self.convention, self.entry)
         if self.placement == "outside":
             s += "; eps outside the root, x / (rms + eps)"
@@ -198,6 +207,9 @@ def _runner(c: Candidate, kind: str) -> Callable[[Probe], torch.Tensor]:
     from ..norms import CATALOG
 
     spec = CATALOG[c.entry]
+    if spec.match_kind is not None:
+        opts = dict(c.options)
+        return lambda p: spec.match_run(p, **opts)
 
     def run(p: Probe):
         if kind == "rms":
@@ -214,13 +226,24 @@ def _runner(c: Candidate, kind: str) -> Callable[[Probe], torch.Tensor]:
     return run
 
 
-def candidate_list(kind: str) -> list[Candidate]:
-    """The candidates of a kind, in preference order (the families first, then the core orders)."""
+# The entries declared before NormSpec had match fields, whose modules (rms_norm.py, layer_norm.py, l2_norm.py,
+# fused_add_rms_norm.py) do not declare them yet: their candidates, in today's preference order. A new entry
+# declares ``match_kind`` (and ``match_run``, ``match_variants``, ``match_rank``) on its spec instead.
+_UNDECLARED_KINDS = ("rms", "layer", "l2", "fused_add_rms")
+
+
+def kinds() -> tuple:
+    """Every kind of norm the catalog offers candidates for."""
+    from ..norms import CATALOG
+
+    declared = sorted({s.match_kind for s in CATALOG.values() if s.match_kind} - set(_UNDECLARED_KINDS))
+    return _UNDECLARED_KINDS + tuple(declared)
+
+
+def _undeclared(kind: str) -> list[Candidate]:
     from .. import conventions as cv
     from ..norms import CATALOG
 
-    if kind not in KINDS:
-        raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(KINDS)}")
     out = []
     if kind in ("rms", "fused_add_rms"):
         order = ("llama", "gemma", "t5", "olmo2", "torch", "reference")
@@ -228,7 +251,7 @@ def candidate_list(kind: str) -> list[Candidate]:
         for conv in order:
             entry = "fused_add_rms_norm" if kind == "fused_add_rms" else \
                 ("rms_norm" if conv == "reference" else f"rms_norm.{conv}")
-            if entry not in CATALOG:
+            if entry not in CATALOG or CATALOG[entry].match_kind is not None:
                 continue
             name = f"{entry}.{conv}" if kind == "fused_add_rms" else entry
             for pl in placements:
@@ -241,13 +264,40 @@ def candidate_list(kind: str) -> list[Candidate]:
                     out.append(Candidate(shown + " (1 + w folded)", entry, conv, pl, folded=True))
     elif kind == "layer":
         for entry in ("layer_norm.neox", "layer_norm.cohere", "layer_norm"):
-            if entry in CATALOG:
+            if entry in CATALOG and CATALOG[entry].match_kind is None:
                 out.append(Candidate(entry, entry, CATALOG[entry].params["convention"]))
     elif kind == "l2":
         for entry in ("llama4_l2_norm", "l2_norm"):
-            if entry in CATALOG:
+            if entry in CATALOG and CATALOG[entry].match_kind is None:
                 out.append(Candidate(entry, entry, entry))
     return out
+
+
+def _declared(kind: str) -> list[Candidate]:
+    """The candidates the catalog's specs declare for ``kind`` (``NormSpec.match_kind``), by ``match_rank``
+    then name; one per ``match_variants`` entry, named ``"entry (suffix)"``."""
+    from ..norms import CATALOG
+
+    specs = sorted((s for s in CATALOG.values() if s.match_kind == kind), key=lambda s: (s.match_rank, s.name))
+    out = []
+    for s in specs:
+        if s.match_run is None:
+            raise ValueError(f"catalog entry {s.name!r} declares match_kind {kind!r} but no match_run")
+        for suffix, opts in (s.match_variants or (("", {}),)):
+            name = f"{s.name} ({suffix})" if suffix else s.name
+            out.append(Candidate(name, s.name, s.name, options=tuple(sorted(opts.items())),
+                                 description=s.match_description or s.title))
+    return out
+
+
+def candidate_list(kind: str) -> list[Candidate]:
+    """The candidates of a kind, in preference order: the entries whose modules predate the match fields
+    (the families first, then the core orders), then every entry that declares ``match_kind == kind``."""
+    known = kinds()
+    if kind not in known:
+        raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(known)}")
+    undeclared = _undeclared(kind) if kind in _UNDECLARED_KINDS else []
+    return undeclared + _declared(kind)
 
 
 def candidates(kind: str) -> dict[str, Callable[[Probe], torch.Tensor]]:

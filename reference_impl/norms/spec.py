@@ -23,6 +23,10 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 SHAPES = ((0, 7), (1, 1), (3, 7), (2, 3, 33), (4, 129))
 
 
+class NotApplicable(Exception):
+    """A matching candidate that does not apply to a probe (skipped there, not counted)."""
+
+
 @dataclass(frozen=True)
 class Impl:
     """An implementation of a spec's math: ``fn`` takes the reference's arguments; ``device`` is where it
@@ -69,6 +73,12 @@ class NormSpec:
     bad_inputs: tuple = ()
     once_differentiable: bool = False             # double backward raises instead of computing
     page: str = "norms.md"
+    # how reference_impl.check.matching compares a module with this entry (None: not a matching candidate)
+    match_kind: str | None = None                 # "rms", "layer", "l2", "fused_add_rms", "gated_rms", ...
+    match_run: Callable | None = None             # match_run(probe, **variant options) -> Tensor
+    match_variants: tuple = ()                    # (suffix, options): one candidate "name (suffix)" each
+    match_rank: int = 100                         # preference among the candidates of a kind (low first)
+    match_description: str = ""                   # a sentence saying what a matched module computes
 
     def sample(self, shape, dtype, seed=0) -> dict:
         g = torch.Generator().manual_seed(seed)

@@ -1,0 +1,230 @@
+"""Gated RMSNorm: an RMSNorm whose output is multiplied by an activation of a second input, the gate.
+
+Three casting orders are in use in transformers 5.24, and they differ in the last bits:
+
+- ``gated_rms_norm.qwen3_next``, the gate after the normalization, rounded before the gain:
+  ``y = round_x( round_x(x * rsqrt(mean(x**2) + eps)) * w * act(gate) )`` with the statistics and the gate
+  product in float32 (transformers, models/qwen3_next/modeling_qwen3_next.py, ``Qwen3NextRMSNormGated``;
+  the same code in qwen3_5, qwen3_5_moe, olmo_hybrid and qwen4_exp). The product ``w * round_x(...)`` is
+  taken in the promoted dtype of the two: float32 for a float32 gain, x's dtype for a gain stored in it.
+- ``gated_rms_norm.kimi_linear``, the gate after the normalization, all in float32 with the gain cast to
+  float32, one rounding at the end (transformers, models/kimi_linear/modeling_kimi_linear.py,
+  ``KimiLinearRMSNormGated``; the same code in bailing_hybrid, lara_mini, glm5_next and falcon_h1 with its
+  default ``norm_before_gate=True``).
+- ``gated_rms_norm.mamba2``, the gate before the normalization: ``x`` in float32 times ``silu(gate)`` in
+  float32, one RMS per group of ``d // groups`` features, rounded to x's dtype, then times the gain in the
+  promoted dtype (transformers, models/mamba2/modeling_mamba2.py, ``MambaRMSNormGated``; the same code in
+  bamba, granitemoehybrid, nemotron_h and zamba2). Here the gate changes what eps does: it scales x before
+  the mean square is taken.
+
+``activation`` is ``"silu"`` (``z * sigmoid(z)``) or ``"sigmoid"``: the models pick it per class. All three
+compute in float32 whatever x's dtype (float64 input too, as the model code does); a float64 twin of each
+is used for the gradient checks. Shapes: ``x`` and ``gate`` ``(..., d)`` of one dtype, ``weight`` ``(d,)``;
+the result has x's shape and the dtype the model code gives (x's for the first two, the promotion of the
+gain's and x's for the Mamba-2 order).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .._checks import check_eps, check_input, check_param
+from ._bounds import rms_like, u
+from .spec import BadInput, NormSpec, NotApplicable, common_bad, gain, randn, replace_input, set_param
+
+ACTIVATIONS = ("silu", "sigmoid")
+PAGE = "norms-gated.md"
+_T = "transformers, models/{0}/modeling_{0}.py ({1})"
+
+
+def _act(name, z):
+    return torch.nn.functional.silu(z) if name == "silu" else torch.sigmoid(z)
+
+
+def _check(x, weight, gate, eps, activation, groups=1):
+    check_input(x)
+    check_input(gate, "gate")
+    if gate.shape != x.shape:
+        raise ValueError(f"gate has shape {tuple(gate.shape)} but x has shape {tuple(x.shape)}; the gate "
+                         "multiplies x element by element")
+    if gate.device != x.device:
+        raise ValueError(f"gate is on {gate.device} but x is on {x.device}")
+    if weight is None:
+        raise TypeError("weight must be a torch.Tensor: the gated norms of these models always have a gain")
+    check_param(weight, x, "weight")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
+        raise ValueError(f"groups must be a positive int, got {groups!r}")
+    if x.shape[-1] % groups:
+        raise ValueError(f"the last dimension of x ({x.shape[-1]}) is not divisible by groups={groups}")
+    return check_eps(eps)
+
+
+# ------------------------------------------------------------------ the math (compute dtype as a parameter)
+
+def _after_gate(x, weight, gate, eps, activation, round_first, cd):
+    xf = x.to(cd)
+    h = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    h = weight * h.to(x.dtype) if round_first else weight.to(cd) * h
+    return (h * _act(activation, gate.to(cd))).to(x.dtype)
+
+
+def _before_gate(x, weight, gate, eps, groups, cd):
+    xf = x.to(cd) * torch.nn.functional.silu(gate.to(cd))
+    xg = xf.reshape(*xf.shape[:-1], groups, xf.shape[-1] // groups)
+    h = (xg * torch.rsqrt(xg.pow(2).mean(-1, keepdim=True) + eps)).reshape(xf.shape)
+    return weight * h.to(x.dtype)
+
+
+def qwen3_next_gated_rms_norm(x, weight, gate, eps=1e-6, activation="silu"):
+    """Qwen3-Next's order: normalize in float32, round to x's dtype, times ``weight``, times
+    ``act(gate)`` in float32, round once to x's dtype. eps inside the root."""
+    eps = _check(x, weight, gate, eps, activation)
+    return _after_gate(x, weight, gate, eps, activation, True, torch.float32)
+
+
+def kimi_linear_gated_rms_norm(x, weight, gate, eps=1e-6, activation="sigmoid"):
+    """Kimi-Linear's order: normalize, times ``weight`` cast to float32, times ``act(gate)``, all in float32,
+    then one rounding to x's dtype. eps inside the root."""
+    eps = _check(x, weight, gate, eps, activation)
+    return _after_gate(x, weight, gate, eps, activation, False, torch.float32)
+
+
+def mamba2_gated_rms_norm(x, weight, gate, eps=1e-6, groups=1):
+    """Mamba-2's order: ``x * silu(gate)`` in float32, one RMS per group of ``d // groups`` features (eps
+    inside the root), round to x's dtype, then times ``weight`` (promoted dtype)."""
+    eps = _check(x, weight, gate, eps, "silu", groups)
+    return _before_gate(x, weight, gate, eps, groups, torch.float32)
+
+
+# ------------------------------------------------------------------ oracle, bound, inputs
+
+def _sigmoid64(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def _act64(name, z):
+    return z * _sigmoid64(z) if name == "silu" else _sigmoid64(z)
+
+
+def _normalized64(x, eps, groups=1):
+    xg = x.reshape(*x.shape[:-1], groups, x.shape[-1] // groups)
+    return (xg / np.sqrt(np.mean(xg * xg, -1, keepdims=True) + eps)).reshape(x.shape)
+
+
+def _oracle_after(x, weight, gate, eps, activation):
+    return _normalized64(x, eps) * weight * _act64(activation, gate)
+
+
+def _oracle_before(x, weight, gate, eps, groups):
+    return _normalized64(x * _act64("silu", gate), eps, groups) * weight
+
+
+def _bound(oracle, group_of):
+    """|err| <= the RMS analysis of the normalization (float32 statistics, output in x's dtype) plus the
+    roundings after it: the normalized rows to x's dtype, a gain product in x's dtype when the gain is stored
+    there, the activation and the gate product in float32 (a few float32 roundings; 8 u_32 covers silu's
+    exp, divide and product), the final rounding. Charged against |y|."""
+    def bound(inputs, params):
+        x, w = inputs["x"], inputs["weight"]
+        args = {k: v.detach().double().numpy() for k, v in inputs.items()}
+        y = np.abs(oracle(**args, **params))
+        out = torch.promote_types(x.dtype, w.dtype) if oracle is _oracle_before else x.dtype
+        extra = 2 * u(x.dtype) + u(out) + 8 * u(torch.float32)
+        return rms_like(y, group_of(x.shape[-1], params), x.dtype, out, compute=torch.float32) + extra * y
+    return bound
+
+
+def _inputs(shape, dtype, g):
+    # the gate spread over [-6, 6]: silu and sigmoid both bend there, and both stay away from 0 and 1
+    return {"x": randn(shape, dtype, g, 2.0), "weight": gain(shape[-1], dtype, g),
+            "gate": randn(shape, dtype, g, 2.0)}
+
+
+def _twin_after(round_first):
+    def twin(x, weight, gate, eps, activation):
+        return _after_gate(x, weight, gate, eps, activation, round_first, torch.float64)
+    return twin
+
+
+def _twin_before(x, weight, gate, eps, groups):
+    return _before_gate(x, weight, gate, eps, groups, torch.float64)
+
+
+# ------------------------------------------------------------------ matching (reference_impl.check.matching)
+
+def _match_after(fn):
+    def run(p, activation):
+        if p.gate is None:
+            raise NotApplicable("no gate")
+        if p.weight is None or p.gain != "w":
+            raise NotApplicable("the gated norms store the gain itself")
+        return fn(p.x, p.weight, p.gate, p.eps, activation)
+    return run
+
+
+def _match_before(p):
+    if p.gate is None:
+        raise NotApplicable("no gate")
+    if p.weight is None or p.gain != "w":
+        raise NotApplicable("the gated norms store the gain itself")
+    return mamba2_gated_rms_norm(p.x, p.weight, p.gate, p.eps, 1)
+
+
+_ACT_VARIANTS = tuple((a, {"activation": a}) for a in ACTIVATIONS)
+_BAD = common_bad(("weight",)) + (
+    BadInput("gate of another shape", replace_input("gate", lambda z: z[..., :1]), ValueError, "gate has shape"),
+    BadInput("gate not a tensor", replace_input("gate", lambda z: z.tolist()), TypeError, "torch.Tensor"),
+    BadInput("no weight", replace_input("weight", None), TypeError, "always have a gain"),
+)
+
+SPECS = (
+    NormSpec(
+        name="gated_rms_norm.qwen3_next",
+        title="Gated RMSNorm, gate after the norm, rounded before the gain (Qwen3-Next)",
+        source=_T.format("qwen3_next", "Qwen3NextRMSNormGated"),
+        reference=qwen3_next_gated_rms_norm, oracle=_oracle_after,
+        bound=_bound(_oracle_after, lambda d, p: d), make_inputs=_inputs,
+        params={"eps": 1e-6, "activation": "silu"}, conventions=("llama", "gate after"),
+        families=("Qwen3-Next",), grads=("x", "weight", "gate"), float64_exact=False,
+        grad_twin=_twin_after(True),
+        bad_inputs=_BAD + (BadInput("unknown activation", set_param("activation", "gelu"), ValueError,
+                                    "activation"),),
+        page=PAGE, match_kind="gated_rms", match_run=_match_after(qwen3_next_gated_rms_norm),
+        match_variants=_ACT_VARIANTS, match_rank=10,
+        match_description="normalizes in float32, rounds to x's dtype, multiplies by the gain and by the gate's "
+                          "activation in float32, then rounds once: Qwen3-Next's gated order",
+    ),
+    NormSpec(
+        name="gated_rms_norm.kimi_linear",
+        title="Gated RMSNorm, gate after the norm, all in float32 (Kimi-Linear)",
+        source=_T.format("kimi_linear", "KimiLinearRMSNormGated"),
+        reference=kimi_linear_gated_rms_norm, oracle=_oracle_after,
+        bound=_bound(_oracle_after, lambda d, p: d), make_inputs=_inputs,
+        params={"eps": 1e-6, "activation": "sigmoid"}, conventions=("float32 gain", "gate after"),
+        grads=("x", "weight", "gate"), float64_exact=False,
+        grad_twin=_twin_after(False),
+        bad_inputs=_BAD + (BadInput("unknown activation", set_param("activation", "gelu"), ValueError,
+                                    "activation"),),
+        page=PAGE, match_kind="gated_rms", match_run=_match_after(kimi_linear_gated_rms_norm),
+        match_variants=_ACT_VARIANTS, match_rank=11,
+        match_description="normalizes, multiplies by the float32 gain and by the gate's activation, all in "
+                          "float32, then rounds once: Kimi-Linear's gated order",
+    ),
+    NormSpec(
+        name="gated_rms_norm.mamba2",
+        title="Gated RMSNorm, gate before the norm, one RMS per group (Mamba-2)",
+        source=_T.format("mamba2", "MambaRMSNormGated") + "; Dao and Gu, arXiv:2405.21060",
+        reference=mamba2_gated_rms_norm, oracle=_oracle_before,
+        bound=_bound(_oracle_before, lambda d, p: d // p["groups"]), make_inputs=_inputs,
+        params={"eps": 1e-6, "groups": 1}, conventions=("llama", "gate before"),
+        families=("Mamba-2",),
+        grads=("x", "weight", "gate"), float64_exact=False, grad_twin=_twin_before,
+        bad_inputs=_BAD + (BadInput("groups not dividing d", set_param("groups", 4), ValueError,
+                                    "not divisible"),),
+        page=PAGE, match_kind="gated_rms", match_run=lambda p: _match_before(p), match_rank=12,
+        match_description="multiplies x by silu(gate) in float32, normalizes, rounds to x's dtype, then "
+                          "multiplies by the gain: Mamba-2's order, the gate before the normalization",
+    ),
+)
