@@ -14,8 +14,10 @@ catalog's calling protocol.
 from __future__ import annotations
 
 from .cohere import cohere_layer_norm
+from .deepseek_v4 import deepseek_v4_rms_norm
 from .eps_outside import rms_norm_eps_outside
 from .fused_add import llama_add_rms_norm
+from .gated import kimi_linear_gated_rms_norm, mamba2_gated_rms_norm, qwen3_next_gated_rms_norm
 from .gemma import gemma_rms_norm
 from .l2_norm import l2_norm, llama4_l2_norm
 from .layer_norm import reference_layer_norm
@@ -44,6 +46,10 @@ BY_CATALOG = {
     "llama4_l2_norm": "llama4_l2_norm",
     "l2_norm": "l2_norm",
     "fused_add_rms_norm": "llama_add_rms_norm",
+    "gated_rms_norm.qwen3_next": "qwen3_next_gated_rms_norm",
+    "gated_rms_norm.kimi_linear": "kimi_linear_gated_rms_norm",
+    "gated_rms_norm.mamba2": "mamba2_gated_rms_norm",
+    "rms_norm.deepseek_v4": "deepseek_v4_rms_norm",
 }
 """Catalog entry -> name of the standalone function (an attribute of this module) that computes it."""
 
@@ -53,6 +59,8 @@ _FILES = {
     "reference_layer_norm": "layer_norm", "neox_layer_norm": "neox", "cohere_layer_norm": "cohere",
     "qwen3_qk_norm": "qk_norm", "gemma3_qk_norm": "qk_norm", "olmo2_qk_norm": "qk_norm",
     "llama4_l2_norm": "l2_norm", "l2_norm": "l2_norm", "llama_add_rms_norm": "fused_add",
+    "qwen3_next_gated_rms_norm": "gated", "kimi_linear_gated_rms_norm": "gated", "mamba2_gated_rms_norm": "gated",
+    "deepseek_v4_rms_norm": "deepseek_v4",
 }
 SNIPPETS = {name: f"reference_impl/standalone/{stem}.py:{name}" for name, stem in _FILES.items()}
 """Function name -> ``"path:region"`` of its code, as ``--8<--`` takes it (the path from the checkout's root)."""

@@ -175,10 +175,8 @@ def _set(module, st: Storage, weight, bias):
             b.data = (torch.zeros_like(b) if bias is None else bias.clone())
 
 
-GATE = 32.0   # silu(32) = 32 and sigmoid(32) = 1 exactly in float32: the gate multiply is exact there
-
-
 def needs_gate(cls) -> bool:
+    """Whether the class's forward takes a ``gate`` (a gated norm: probed with a random gate of x's dtype)."""
     try:
         params = inspect.signature(cls.forward).parameters
     except (TypeError, ValueError):
@@ -186,11 +184,8 @@ def needs_gate(cls) -> bool:
     return "gate" in params
 
 
-def _call(module, x):
-    if getattr(module, "_census_gate", None):
-        g = torch.full_like(x, GATE)
-        return _call_plain(module, x, g) / module._census_gate
-    return _call_plain(module, x)
+def _call(module, x, gate=None):
+    return _call_plain(module, x, gate)
 
 
 def _call_plain(module, x, gate=None):
@@ -268,13 +263,13 @@ def probe_class(found: Found, widths=WIDTHS, dtypes=DTYPES) -> ClassResult:
         modules = {d: build(found, d, eps_arg) for d in widths}
         st = storage(found, modules[widths[-1]], widths[-1])
         gated = needs_gate(found.cls)
-        if gated:
-            for m in modules.values():
-                m._census_gate = _gate_factor(m, widths[-1] if m is modules[widths[-1]] else widths[0])
-        shape_reason = _not_rowwise(modules[widths[-1]], widths[-1])
-        if shape_reason:
-            return _fail(found, _name_kind(found.name), shape_reason)
-        kind = kind_of(modules[widths[-1]], st, widths[-1])
+        if gated:  # a gated norm's output is not a normalized row: compared with the gated entries
+            kind = "gated_rms" if _name_kind(found.name) == "rms" else "other"
+        else:
+            shape_reason = _not_rowwise(modules[widths[-1]], widths[-1])
+            if shape_reason:
+                return _fail(found, _name_kind(found.name), shape_reason)
+            kind = kind_of(modules[widths[-1]], st, widths[-1])
     except ProbeError as exc:
         return _fail(found, _name_kind(found.name), f"could not be probed: {exc}", in_scope=True)
     except Exception as exc:  # a forward that needs more than one tensor (a gate, a mask, a condition)
@@ -298,7 +293,7 @@ def probe_class(found: Found, widths=WIDTHS, dtypes=DTYPES) -> ClassResult:
     for dt in dtypes:
         # torch.nn.LayerNorm's kernel (the neox candidate) takes a gain in x's dtype only
         wdts = [dt] if kind == "layer" else sorted({torch.float32, dt}, key=str)
-        ps = matching.make_probes(list(widths), [dt], wdts, gain=probe_gain,
+        ps = matching.make_probes(list(widths), [dt], wdts, gain=probe_gain, gate=gated,
                                   bias=st.bias_name is not None, eps=eps if eps is not None else 1e-6)
         try:
             for p in ps[:1]:
@@ -319,14 +314,8 @@ def probe_class(found: Found, widths=WIDTHS, dtypes=DTYPES) -> ClassResult:
         note = ((note + "; ") if note else "") + "stores w and applies 1 + w; probed with the gain g stored as g - 1 " \
             "(exact for the probes' gains)"
     if gated:
-        factor = modules[widths[-1]]._census_gate
-        if factor == 1.0:
-            gate_note = (f"gated: probed with gate = {GATE:g}, where the output does not change with the gate (a "
-                         "sigmoid gate is exactly 1 there, or the gate is applied before the normalization)")
-        else:
-            gate_note = (f"gated: probed with gate = {GATE:g}, where silu(gate) = {factor:g} exactly, and the output "
-                         f"divided by {factor:g}: the comparison is of the normalization before the gate")
-        note = ((note + "; ") if note else "") + gate_note
+        note = ((note + "; ") if note else "") + "gated: probed with a random gate in x's dtype (N(0, 3^2))" + \
+            _gate_defaults(found.cls)
     if eps_arg is not None:
         note = "built with eps=1e-6 (its default, None, picks eps by dtype)"
     if len(ran) < len(dtypes):
@@ -334,31 +323,22 @@ def probe_class(found: Found, widths=WIDTHS, dtypes=DTYPES) -> ClassResult:
         note = ((note + "; ") if note else "") + f"raises for {skipped} input"
     closest_ulp = m.max_ulp.get(m.closest) if m.closest else None
     dts = [str(d).replace("torch.", "") for d in ran]
-    if gated:  # the catalog has no gate: never claimed as a match, the norm part is the closest entry
-        if m.matched:
-            note += f"; the normalization before the gate equals {m.matched} bit for bit; no catalog entry has the gate"
-        else:
-            note += "; " + m.description
-        return ClassResult(kind, True, None, None, m.matched or m.closest, 0 if m.matched else closest_ulp, eps,
-                           st.gain, gain_dtype, st.bias_name is not None, dts, note)
     return ClassResult(kind, True, None, m.matched, m.closest if not m.matched else m.matched,
                        None if m.matched else closest_ulp, eps, st.gain, gain_dtype, st.bias_name is not None,
                        [str(d).replace("torch.", "") for d in ran], note if m.matched else
                        ((note + "; ") if note else "") + m.description)
 
 
-def _gate_factor(module, width) -> float:
-    """What a gate of 32 multiplies by: 32 (silu), 1 (sigmoid); anything else cannot be divided out exactly."""
-    x = torch.randn(3, width, generator=torch.Generator().manual_seed(2))
-    with torch.no_grad():
-        a = _call_plain(module, x, torch.full_like(x, GATE))
-        b = _call_plain(module, x, torch.full_like(x, 2 * GATE))
-    if torch.equal(a, b):
-        return 1.0
-    if torch.equal(b, 2 * a):
-        return GATE
-    raise ProbeError("its gate's activation is neither silu nor sigmoid at 32, so the gate cannot be divided out "
-                     "exactly")
+def _gate_defaults(cls) -> str:
+    """The constructor defaults that decide where the gate goes (Falcon-H1's ``norm_before_gate``)."""
+    try:
+        params = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        return ""
+    p = params.get("norm_before_gate")
+    if p is None or p.default is p.empty:
+        return ""
+    return f", built with its default norm_before_gate={p.default!r}"
 
 
 def _not_rowwise(module, width) -> str | None:
@@ -389,4 +369,4 @@ def _run_on(modules, st: Storage, p):
     module = modules[p.x.shape[-1]]
     _set(module, st, p.weight, p.bias)
     with torch.no_grad():
-        return _call(module, p.x)
+        return _call(module, p.x, p.gate)
