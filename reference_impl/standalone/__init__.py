@@ -22,6 +22,7 @@ from .gemma import gemma_rms_norm
 from .l2_norm import l2_norm, llama4_l2_norm
 from .layer_norm import reference_layer_norm
 from .llama import llama_rms_norm
+from .low_precision import deberta_layer_norm, imagegpt_rms_norm, x_dtype_layer_norm
 from .neox import neox_layer_norm
 from .olmo2 import olmo2_rms_norm
 from .qk_norm import gemma3_qk_norm, olmo2_qk_norm, qwen3_qk_norm
@@ -50,6 +51,9 @@ BY_CATALOG = {
     "gated_rms_norm.kimi_linear": "kimi_linear_gated_rms_norm",
     "gated_rms_norm.mamba2": "mamba2_gated_rms_norm",
     "rms_norm.deepseek_v4": "deepseek_v4_rms_norm",
+    "rms_norm.imagegpt": "imagegpt_rms_norm",
+    "layer_norm.x_dtype": "x_dtype_layer_norm",
+    "layer_norm.deberta": "deberta_layer_norm",
 }
 """Catalog entry -> name of the standalone function (an attribute of this module) that computes it."""
 
@@ -60,7 +64,8 @@ _FILES = {
     "qwen3_qk_norm": "qk_norm", "gemma3_qk_norm": "qk_norm", "olmo2_qk_norm": "qk_norm",
     "llama4_l2_norm": "l2_norm", "l2_norm": "l2_norm", "llama_add_rms_norm": "fused_add",
     "qwen3_next_gated_rms_norm": "gated", "kimi_linear_gated_rms_norm": "gated", "mamba2_gated_rms_norm": "gated",
-    "deepseek_v4_rms_norm": "deepseek_v4",
+    "deepseek_v4_rms_norm": "deepseek_v4", "imagegpt_rms_norm": "low_precision",
+    "x_dtype_layer_norm": "low_precision", "deberta_layer_norm": "low_precision",
 }
 SNIPPETS = {name: f"reference_impl/standalone/{stem}.py:{name}" for name, stem in _FILES.items()}
 """Function name -> ``"path:region"`` of its code, as ``--8<--`` takes it (the path from the checkout's root)."""

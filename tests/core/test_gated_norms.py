@@ -183,3 +183,34 @@ def test_a_declared_entry_becomes_a_candidate_without_an_edit_to_matching(monkey
     assert rms[:4] == ["rms_norm.llama", "rms_norm.llama (1 + w folded)", "rms_norm.llama (eps outside)",
                        "rms_norm.llama (eps outside) (1 + w folded)"]
     assert rms.index("rms_norm.deepseek_v4") > rms.index("rms_norm.eps_outside")
+
+
+@pytest.mark.guards("norm.rms_norm.imagegpt", "norm.layer_norm.x_dtype", "norm.layer_norm.deberta",
+                    "snippet:standalone.imagegpt_rms_norm", "snippet:standalone.x_dtype_layer_norm",
+                    "snippet:standalone.deberta_layer_norm")
+def test_low_precision_entries_equal_imagegpt_pocket_tts_gradium_and_deberta():
+    rows = [("rms_norm.imagegpt", "ImageGPTLayerNorm", "imagegpt", {"eps": 1e-5}, False),
+            ("layer_norm.x_dtype", "PocketTTSFlowLayerNorm", "pocket_tts", {"eps": 1e-5}, True),
+            ("layer_norm.x_dtype", "GradiumPhononTTSFlowLayerNorm", "gradium_phonon_tts", {"eps": 1e-5}, True),
+            ("layer_norm.deberta", "DebertaLayerNorm", "deberta", {"eps": 1e-12}, True)]
+    for entry, name, folder, kw, has_bias in rows:
+        spec, fn = CATALOG[entry], getattr(sa, sa.BY_CATALOG[entry])
+        cls = _cls(folder, name)
+        n = 0
+        for dtype, wd, shape, scale, x, w, z in _cases():
+            if has_bias and name != "DebertaLayerNorm" and wd != dtype:
+                continue  # nn.LayerNorm subclasses keep gain and bias in their own dtype
+            m = _module(cls, w, **kw)
+            args = (x, w)
+            if has_bias:
+                b = _t(shape[-1:], wd, 0.3, 9)
+                with torch.no_grad():
+                    m.bias = torch.nn.Parameter(b.clone())
+                args = (x, w, b)
+            label = f"{entry} vs {name}, x {dtype}, w {wd}, {shape}, scale {scale:g}"
+            with torch.no_grad():
+                want = m(x)
+                _same(spec.reference(*args, kw["eps"]), want, label)
+                _same(fn(*args, kw["eps"]), want, label + " (standalone)")
+            n += 1
+        assert n >= len(DTYPES) * len(SHAPES) * len(SCALES), f"{name}: only {n} cases"

@@ -11,25 +11,16 @@ gated entries (reference_impl/norms/gated_rms_norm.py) like any other class.
 """
 from __future__ import annotations
 
-_LN_IN_X_DTYPE = ("LayerNorm written out in the input's dtype (mean, biased variance, rsqrt, gain and bias without "
-                  "a float32 upcast): half-precision statistics, which no catalog LayerNorm computes")
-
 EXCEPTIONS: dict[str, str] = {
     # a gate computed inside the module
     "AXK2GatedRMSNorm": ("an RMSNorm followed by y * sigmoid(mlp(y)): a gate computed by a small MLP inside the "
                          "module, so the output is not a normalized row"),
     # casting orders no entry has
-    "ImageGPTLayerNorm": ("an RMSNorm (despite its name) computed entirely in the input's dtype and dividing by "
-                          "sqrt(mean(x^2) + eps): no float32 upcast, which no catalog RMSNorm does"),
     "MuseSparkTextInputScaledRMSNorm": ("scales x by (1 + w) first, rounds to x's dtype, and normalizes afterwards: "
                                         "the gain before the normalization, which no catalog entry does"),
-    "DebertaLayerNorm": ("LayerNorm in float32 that rounds the normalized rows to x's dtype before the gain and "
-                         "bias (Llama's casting order applied to a LayerNorm); the catalog's LayerNorms round once"),
     "MoonshineStreamingLayerNorm": ("torch.nn.LayerNorm without affine parameters, then multiplies by (gamma + 1) "
                                     "in x's dtype: a second rounding after the kernel's; equal to layer_norm.neox "
                                     "in float32 only"),
-    "GradiumPhononTTSFlowLayerNorm": _LN_IN_X_DTYPE,
-    "PocketTTSFlowLayerNorm": _LN_IN_X_DTYPE,
     "DoryL2Norm": ("L2 normalization with eps added to the sum of squares inside the root, x * rsqrt(sum(x^2) + "
                    "eps); the catalog's l2_norm divides by max(||x||, eps)"),
     # modules that do not take one (rows, width) tensor
