@@ -13,6 +13,7 @@ the sum holding the attention's output (GPT-J, GPT-NeoX, Cohere, Falcon, Phi), s
 """
 from __future__ import annotations
 
+import copy
 import importlib
 import re
 import sys
@@ -319,20 +320,15 @@ def place(model_type: str, norm_types: tuple, class_catalog: dict) -> dict:
         base = cfg_cls()
         rec["eps"], rec["eps_attr"] = config_eps(base)
         cfg = shrink(base)
-        torch.manual_seed(0)
-        try:
-            model = cls(cfg).float().eval()
-        except Exception:
-            # a causal-LM class that takes the text part of a multimodal config
-            if vars(cfg).get("text_config") is None:
-                raise
-            torch.manual_seed(0)
-            cfg = cfg.text_config
-            model = cls(cfg).float().eval()
+        model, cfg = _instance(cls, cfg)
+        langs = vars(cfg).get("languages")
+        if hasattr(model, "set_default_language") and langs:   # X-MOD: an adapter per language, pick one
+            model.set_default_language(langs[0])
         norm_types = tuple(set(norm_types) | {type(m) for m in model.modules() if is_norm_name(type(m).__name__)})
         text = vars(cfg).get("text_config") or cfg
         vocab = min(int(_get(text, "vocab_size") or 128), 128)
-        ids = torch.randint(3, max(4, vocab - 1), (1, TOKENS))
+        rows = _get(text, "num_codebooks") or 1   # MusicGen's decoder reads one row per codebook
+        ids = torch.randint(3, max(4, vocab - 1), (rows, TOKENS))
         tr = Trace(model, norm_types).run(rope_owner=sys.modules[cls.__module__], input_ids=ids)
         prefix, n = _layers(tr)
         first = tr.model.get_submodule(f"{prefix}.0")
@@ -394,6 +390,25 @@ def place(model_type: str, norm_types: tuple, class_catalog: dict) -> dict:
         rec.update(status="error", error=_short(exc), placement=None, qk_norm=None, final_norm=None, layer=[],
                    norm_classes=[], catalog=[], extra_norms=[], parallel=None)
     return rec
+
+
+def _instance(cls, cfg):
+    """The tiny model (float32, eval) and the config it was built from: the config itself, else its text or
+    decoder part (a causal-LM class of a composite config), else the config marked as a decoder (Reformer's LM
+    head insists on it). When every way fails, the first error is the one raised."""
+    tries = [cfg] + [vars(cfg)[k] for k in ("text_config", "decoder") if vars(cfg).get(k) is not None]
+    if getattr(cfg, "is_decoder", None) is False:
+        as_decoder = copy.deepcopy(cfg)
+        as_decoder.is_decoder = True
+        tries.append(as_decoder)
+    first = None
+    for c in tries:
+        torch.manual_seed(0)
+        try:
+            return cls(c).float().eval(), c
+        except Exception as exc:  # noqa: BLE001 - the next way is tried, the first error kept
+            first = first or exc
+    raise first
 
 
 def _get(cfg, name):

@@ -15,9 +15,9 @@ SIZES = {
     # layers
     "num_hidden_layers": LAYERS, "num_layers": LAYERS, "n_layer": LAYERS, "n_layers": LAYERS,
     "num_decoder_layers": LAYERS, "decoder_layers": LAYERS, "encoder_layers": LAYERS,
-    "num_text_layers": LAYERS,
+    "num_text_layers": LAYERS, "num_blocks": LAYERS,
     # widths
-    "hidden_size": 64, "d_model": 64, "n_embd": 64, "dim": 64, "embed_dim": 64, "model_dim": 64,
+    "hidden_size": 64, "d_model": 64, "n_embd": 64, "dim": 64, "embed_dim": 64, "model_dim": 64, "embedding_dim": 64,
     "intermediate_size": 128, "ffn_dim": 128, "n_inner": 128, "d_ff": 128, "ffn_hidden_size": 128,
     "decoder_ffn_dim": 128, "encoder_ffn_dim": 128, "intermediate_dim": 128, "hidden_dim": 128,
     # heads
@@ -29,7 +29,7 @@ SIZES = {
     "vocab_size": 128, "max_position_embeddings": 128, "n_positions": 128, "max_seq_len": 128,
     # experts
     "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "moe_num_experts": 4,
-    "num_experts_per_tok": 2, "moe_topk": 2, "top_k": 2, "moe_k": 2, "n_shared_experts": 1,
+    "num_experts_per_tok": 2, "num_experts_per_token": 2, "num_expert_group": 1, "moe_topk": 2, "top_k": 2, "moe_k": 2, "n_shared_experts": 1,
     "num_shared_experts": 1, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
     "expert_interval": 1, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1,
     # multi-head latent attention
@@ -39,13 +39,17 @@ SIZES = {
     "mamba_d_state": 8, "state_size": 8, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_headdim": 16,
     "mamba_expand": 1, "expand": 1, "rotary_dim": 8, "rotary_emb_dim": 8, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
     "linear_value_head_dim": 16, "ssm_state_size": 8, "time_step_rank": 8, "conv_kernel": 4,
-    "mamba_n_groups": 1, "n_groups": 1,
+    "mamba_n_groups": 1, "n_groups": 1, "linear_num_heads": 4, "linear_head_dim": 16,
+    # sparse-attention indexers (DeepSeek-V3.2 style): fewer picks than tokens, so the selection is exercised
+    "index_topk": 4, "index_n_heads": 4, "index_head_dim": 16,
+    # Zamba 2's attention reads the stream concatenated with the embeddings: twice the width
+    "attention_hidden_size": 128, "attention_head_dim": 32,
     # windows and chunking
     "sliding_window": 16, "attention_chunk_size": 16, "chunk_size": 16,
     # vision and audio towers
     "image_size": 32, "patch_size": 8, "num_channels": 3, "projection_dim": 64, "out_hidden_size": 64,
 }
-_SUB = ("text_config", "vision_config", "audio_config", "decoder_config", "encoder_config", "speech_config",
+_SUB = ("text_config", "decoder", "vision_config", "audio_config", "decoder_config", "encoder_config", "speech_config",
         "thinker_config", "talker_config", "language_config", "llm_config", "text_encoder_config")
 
 
@@ -86,7 +90,8 @@ def _set(cfg, name, value) -> None:
         pass
 
 
-_MAY_BE_NONE = ("head_dim", "kv_channels")
+_MAY_BE_NONE = ("head_dim", "kv_channels", "num_key_value_heads")
+_EXPERTS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
 
 
 def shrink(cfg, depth: int = 0):
@@ -100,6 +105,8 @@ def shrink(cfg, depth: int = 0):
         v = own[name]
         if (isinstance(v, int) and not isinstance(v, bool)) or (v is None and name in _MAY_BE_NONE):
             _set(cfg, name, value)
+    if vars(cfg).get("num_experts_per_tok", 0) is None and any(isinstance(own.get(e), int) for e in _EXPERTS):
+        _set(cfg, "num_experts_per_tok", SIZES["num_experts_per_tok"])   # a routed MoE whose default leaves it unset
     vocab = own.get("vocab_size")
     for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id"):
         v = own.get(name)
@@ -115,6 +122,11 @@ def shrink(cfg, depth: int = 0):
         v = vars(cfg).get(name)
         if isinstance(v, str) and old and len(v) == old:
             _set(cfg, name, v[:LAYERS])
+    if isinstance(own.get("axial_pos_embds_dim"), (list, tuple)) and isinstance(own.get("hidden_size"), int):
+        # Reformer: the axial position embedding's two parts add up to the width, its shape to the positions
+        half = own["hidden_size"] // 2
+        _set(cfg, "axial_pos_embds_dim", (half, own["hidden_size"] - half))
+        _set(cfg, "axial_pos_shape", (8, SIZES["max_position_embeddings"] // 8))
     if "use_cache" in own:
         _set(cfg, "use_cache", False)
     if depth < 2:

@@ -35,7 +35,7 @@ _ADDS = {torch.add, torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd_
 # a residual scaled before it is added (x * alpha + f(x)) still carries the stream on
 _SCALES = {torch.mul, torch.Tensor.mul, torch.Tensor.__mul__, torch.Tensor.__rmul__, torch.div, torch.Tensor.div,
            torch.Tensor.__truediv__}
-_ATTN = re.compile(r"attn|attention|mixer|mamba|linear_attn|token_mix|ssm|conv|retention|recurrent|temporal",
+_ATTN = re.compile(r"attn|attention|mixer|mamba|linear_attn|token_mix|ssm|conv|retention|recurrent|temporal|lstm",
                    re.I)
 _MLP = re.compile(r"mlp|ffn|feed_forward|feedforward|moe|experts|dense_h|channel_mix|ff$", re.I)
 _Q = re.compile(r"(^|[._])(q|wq|query|q_proj|q_a_proj|q_b_proj)($|[._])|q_proj|query", re.I)
