@@ -36,7 +36,7 @@ SIZES = {
     "kv_lora_rank": 16, "q_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
     "qk_head_dim": 16,
     # state-space and linear-attention mixers
-    "mamba_d_state": 8, "state_size": 8, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_headdim": 16,
+    "mamba_d_state": 8, "state_size": 8, "mamba_n_heads": 4, "n_mamba_heads": 4, "mamba_d_head": 16, "mamba_headdim": 16,
     "mamba_expand": 1, "expand": 1, "rotary_dim": 8, "rotary_emb_dim": 8, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
     "linear_value_head_dim": 16, "ssm_state_size": 8, "time_step_rank": 8, "conv_kernel": 4,
     "mamba_n_groups": 1, "n_groups": 1, "linear_num_heads": 4, "linear_head_dim": 16,
