@@ -5,7 +5,8 @@ installed transformers, and it covers what the issue asks.
 - A fixed subset is re-run and compared with the committed records: ten classes (Llama's and Gemma's
   RMSNorm with its (1 + w) gain, torch's LayerNorm, a LayerNorm with a (1 + w) gain, T5's, OLMo 2's,
   Cohere's, a QK-norm class, a gated class, an unweighted one) and five model types (Llama: pre; Qwen3:
-  QK-norm per head; Gemma 2: sandwich; OLMo 2: norms on the sub-layers' outputs; GPT-2: LayerNorm).
+  QK-norm per head; Gemma 2: sandwich; OLMo 2: norms on the sub-layers' outputs; GPT-2: LayerNorm; Cohere:
+  a parallel block; Qwen3.5-MoE: a gated norm inside its linear attention).
 - Every in-scope class that no catalog entry reproduces is in the exceptions list, with a reason, and the
   list names no other class; a norm class in the installed transformers that the file does not list fails,
   naming the class and the entry it comes closest to.
@@ -29,7 +30,7 @@ FILE = REPO / "docs" / "data" / "census.json"
 INDEX = REPO / "reference_impl" / "check" / "census_index.json"
 SUBSET_CLASSES = ("LlamaRMSNorm", "GemmaRMSNorm", "LayerNorm", "NemotronLayerNorm1P", "T5LayerNorm", "Olmo2RMSNorm",
                   "CohereLayerNorm", "Qwen3RMSNorm", "Qwen3NextRMSNormGated", "DeepseekV4UnweightedRMSNorm")
-SUBSET_MODELS = ("llama", "qwen3", "gemma2", "olmo2", "gpt2")
+SUBSET_MODELS = ("llama", "qwen3", "gemma2", "olmo2", "gpt2", "cohere", "qwen3_5_moe_text")
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +113,38 @@ def test_the_subset_covers_what_it_says(data):
     models = _by(data["models"], "model_type")
     assert models["qwen3"]["qk_norm"] == "per_head" and models["gemma2"]["placement"] == "sandwich"
     assert models["olmo2"]["placement"] == "output" and models["llama"]["placement"] == "pre"
+    assert models["cohere"]["parallel"] is True and models["llama"]["parallel"] is False
+    inner = [r for r in models["qwen3_5_moe_text"]["layer"] if r["module"] == "linear_attn.norm"]
+    assert [(r["role"], r["sublayer"]) for r in inner] == [("inner_output", "attention")]
+
+
+@pytest.mark.guards("census.placements")
+def test_parallel_blocks_and_norms_inside_a_sub_layer_are_read_from_the_trace():
+    """Traced here, not read from the file: one norm feeding attention and MLP (GPT-J), each with its own norm on
+    the same input (GPT-NeoX), a sequential block (Llama); a gated norm before a linear attention's out_proj
+    (Qwen3-Next) and a norm before the MLP's down_proj (BitNet)."""
+    import torch
+
+    from reference_impl.studies.census.placement import place
+
+    def rec(model_type):
+        r = place(model_type, (torch.nn.LayerNorm, torch.nn.RMSNorm), {})
+        assert r["status"] == "traced", f"{model_type}: {r['error']}"
+        return r, {e["module"]: e for e in r["layer"]}
+
+    gptj, rows = rec("gptj")
+    assert gptj["parallel"] and rows["ln_1"]["sublayer"] == "attention+mlp" and "one norm" in gptj["placement_note"]
+    neox, rows = rec("gpt_neox")
+    assert neox["parallel"] and "its own norm" in neox["placement_note"]
+    assert [rows[m]["sublayer"] for m in ("input_layernorm", "post_attention_layernorm")] == ["attention", "mlp"]
+    llama, _ = rec("llama")
+    assert llama["parallel"] is False and llama["placement_note"] is None
+    nxt, rows = rec("qwen3_next")
+    gated = rows["linear_attn.norm"]
+    assert (gated["role"], gated["sublayer"]) == ("inner_output", "attention") and "gated" in gated["note"]
+    bitnet, rows = rec("bitnet")
+    assert (rows["mlp.ffn_sub_norm"]["role"], rows["mlp.ffn_sub_norm"]["sublayer"]) == ("inner_output", "mlp")
+    assert "gated" not in rows["mlp.ffn_sub_norm"]["note"] and bitnet["placement"] == "pre"
 
 
 @pytest.mark.guards("census.exceptions")
