@@ -296,3 +296,21 @@ def census_fact_macro(ctx, what: str) -> str:
     if what != "transformers":
         raise MacroError(f"{ctx.src_path}: census_fact knows only 'transformers', not {what!r}")
     return _version(census())
+
+
+@macro("census_classes_of")
+def census_classes_of_macro(ctx, *entries: str) -> str:
+    """``{{ census_classes_of("gated_rms_norm.mamba2") }}``: a table of the norm classes the census found equal
+    to these catalog entries bit for bit, with the variant matched and the source file and line."""
+    catalog = _catalog()
+    for e in entries:
+        if e not in catalog:
+            raise MacroError(f"{ctx.src_path}: census_classes_of names {e!r}, which the catalog does not have")
+    rows = [c for c in census()["classes"] if c.get("catalog") and base_entry(c["catalog"]) in entries]
+    if not rows:
+        raise MacroError(f"{ctx.src_path}: docs/data/{FILE} matches no class to {', '.join(entries)}")
+    lines = ["| class | equals | source |", "|---|---|---|"]
+    for c in sorted(rows, key=lambda c: (c["catalog"], c["name"])):
+        src = f"`{c['source']}`" + (f", line {c['line']}" if c.get("line") else "")
+        lines.append(f"| `{c['name']}` | `{c['catalog']}` | {src} |")
+    return "\n".join(lines)

@@ -7,6 +7,9 @@ ignores a shift of the row, an RMSNorm gives rows of mean square one, an L2 norm
 feed it :func:`reference_impl.check.matching.make_probes` in bfloat16, float16 and float32 (gains in
 float32 and in the input's dtype, at scales where eps decides the result and where float16 squares
 overflow) and compare its outputs with every catalog candidate by :func:`~reference_impl.check.matching.match`.
+A class whose forward takes a ``gate`` is a gated norm: it gets probes with a random gate in x's dtype and is
+compared with the gated entries (kind ``"gated_rms"``); a class is matched only when one candidate equals it
+bit for bit on every probe of every dtype tried.
 """
 from __future__ import annotations
 
