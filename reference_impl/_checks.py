@@ -126,3 +126,22 @@ def functorch_active() -> bool:
     Functions then run their forward as plain torch operations, which every transform differentiates and
     batches exactly (a hand-written backward has no forward-mode or batching rule)."""
     return bool(torch._C._are_functorch_transforms_active())
+
+
+def check_norm_args(x, weight, eps, *, bias=None, eps_dtype=None, extra=None, resolve_eps=None) -> float:
+    """The checks every norm entry point runs, in signature order; returns eps as a float.
+
+    ``x`` (:func:`check_input`), then ``weight`` and ``bias`` (:func:`check_param`; ``None`` passes),
+    then ``extra()`` if given (the entry's own arguments: a convention, a group size, a gate, ...), then
+    eps: ``resolve_eps(eps)`` if given, else :func:`check_eps` bounded by ``eps_limit(eps_dtype)``, the
+    compute dtype of ``x`` (float32, float64 for float64 input) when ``eps_dtype`` is ``None``.
+    A call with several bad arguments names the first of them in that order.
+    """
+    check_input(x)
+    check_param(weight, x, "weight")
+    check_param(bias, x, "bias")
+    if extra is not None:
+        extra()
+    if resolve_eps is not None:
+        return resolve_eps(eps)
+    return check_eps(eps, max_value=eps_limit(compute_dtype(x) if eps_dtype is None else eps_dtype))

@@ -1,5 +1,10 @@
 """PyTorch reference for RMSNorm and LayerNorm with the backward written out (no autograd inside).
 
+The code lives in each norm's catalog module: RMSNorm's in :mod:`reference_impl.norms.rms_norm`, LayerNorm's
+in :mod:`reference_impl.norms.layer_norm`, and the batch-invariant row mean both use in
+:mod:`reference_impl.shared`. This module keeps their public names (``reference.rms_norm``,
+``reference.RMSNormFunction``, ...) and :func:`square_edges`.
+
 Conventions of this core reference:
 
 - Normalization over the last dimension; any leading shape, including empty ones.
@@ -23,81 +28,21 @@ Conventions of this core reference:
 """
 from __future__ import annotations
 
-import torch
-
 import math
 
-from ._checks import check_eps, check_grad, check_input, check_param, compute_dtype, eps_limit, functorch_active
+import torch
 
+from .norms.layer_norm import (LayerNormFunction, check_ln_args, layer_norm, layer_norm_backward, ln_backward,
+                               ln_forward, ln_rstd)
+from .norms.rms_norm import (RMSNormFunction, check_rms_args, rms_backward, rms_forward, rms_norm, rms_norm_backward,
+                             rms_rstd)
+from .shared import row_mean
 
-def _rows(x):
-    """Number of rows (product of the leading dimensions); well defined when the last one is empty."""
-    return math.prod(x.shape[:-1])
-
-
-def row_mean(t: torch.Tensor) -> torch.Tensor:
-    """Mean over the last dimension, ``(..., 1)`` in ``t``'s dtype, the same bits whatever the batch.
-
-    The sum runs in float64 in sequential order along each row (``cumsum`` never splits a row across
-    threads, unlike ``sum``/``mean``, whose split depends on the number of rows), then it is rounded once.
-    """
-    return (t.to(torch.float64).cumsum(dim=-1)[..., -1:] / t.shape[-1]).to(t.dtype)
-
-
-# --8<-- [start:rms_forward]
-def rms_forward(x, weight, eps):
-    cd = compute_dtype(x)
-    xf = x.to(cd)
-    rstd = torch.rsqrt(row_mean(xf.pow(2)) + eps)  # one statistic per row
-    y = xf * rstd
-    if weight is not None:
-        y = y * weight.to(cd)
-    return y.to(x.dtype), rstd
-# --8<-- [end:rms_forward]
-
-
-# --8<-- [start:rms_backward]
-def rms_backward(dy, x, weight, rstd):
-    cd = rstd.dtype
-    xhat = x.to(cd) * rstd
-    g = dy.to(cd) if weight is None else dy.to(cd) * weight.to(cd)
-    # dx = rstd * (g - xhat * mean(g * xhat)): the Jacobian is rstd times a projection.
-    dx = rstd * (g - xhat * row_mean(g * xhat))
-    dw = None
-    if weight is not None:
-        dw = (dy.to(cd) * xhat).reshape(_rows(x), x.shape[-1]).sum(dim=0).to(weight.dtype)
-    return dx.to(x.dtype), dw
-# --8<-- [end:rms_backward]
-
-
-# --8<-- [start:ln_forward]
-def ln_forward(x, weight, bias, eps):
-    cd = compute_dtype(x)
-    xf = x.to(cd)
-    xc = xf - row_mean(xf)
-    rstd = torch.rsqrt(row_mean(xc.pow(2)) + eps)  # two-pass variance: no cancellation
-    y = xc * rstd
-    if weight is not None:
-        y = y * weight.to(cd)
-    if bias is not None:
-        y = y + bias.to(cd)
-    return y.to(x.dtype), rstd
-# --8<-- [end:ln_forward]
-
-
-# --8<-- [start:ln_backward]
-def ln_backward(dy, x, weight, bias, rstd):
-    cd = rstd.dtype
-    xf = x.to(cd)
-    xhat = (xf - row_mean(xf)) * rstd
-    dyf = dy.to(cd)
-    g = dyf if weight is None else dyf * weight.to(cd)
-    dx = rstd * (g - row_mean(g) - xhat * row_mean(g * xhat))
-    d = x.shape[-1]
-    dw = None if weight is None else (dyf * xhat).reshape(_rows(x), d).sum(dim=0).to(weight.dtype)
-    db = None if bias is None else dyf.reshape(_rows(x), d).sum(dim=0).to(bias.dtype)
-    return dx.to(x.dtype), dw, db
-# --8<-- [end:ln_backward]
+__all__ = [
+    "rms_norm", "layer_norm", "rms_norm_backward", "layer_norm_backward", "RMSNormFunction", "LayerNormFunction",
+    "rms_forward", "rms_backward", "ln_forward", "ln_backward", "rms_rstd", "ln_rstd", "check_rms_args",
+    "check_ln_args", "row_mean", "square_edges",
+]
 
 
 def square_edges(dtype: torch.dtype = torch.float32) -> dict:
@@ -117,160 +62,3 @@ def square_edges(dtype: torch.dtype = torch.float32) -> dict:
     while torch.nextafter(under, inf) ** 2 == 0:
         under = torch.nextafter(under, inf)
     return {"overflow": float(over), "underflow": float(under)}
-
-
-def rms_rstd(x, eps):
-    """The reciprocal RMS per row, ``(..., 1)``, in the compute dtype, as :func:`rms_forward` computes it."""
-    return torch.rsqrt(row_mean(x.to(compute_dtype(x)).pow(2)) + eps)
-
-
-def ln_rstd(x, eps):
-    """The reciprocal standard deviation per row (two-pass), as :func:`ln_forward` computes it."""
-    xf = x.to(compute_dtype(x))
-    return torch.rsqrt(row_mean((xf - row_mean(xf)).pow(2)) + eps)
-
-
-# Double backward: the explicit backward is built from torch operations on (dy, x, weight, rstd), so it is
-# differentiable, except that the saved rstd was computed without a graph. When the backward itself is
-# recorded (create_graph=True, torch.is_grad_enabled() inside backward) rstd is recomputed from the saved
-# input, so the second derivative sees how rstd depends on x. Without it, rstd would act as a constant and
-# Hessian-vector products would come out wrong without an error.
-#
-# ``apply`` is the public entry point of each Function: it checks its arguments (the Function is public, and
-# an int32 tensor or eps=-1 must not come back as a number), and inside torch.func transforms (vmap, grad,
-# jvp, ...) it runs the forward as plain torch operations, which those transforms handle exactly.
-
-
-def check_rms_args(x, weight, eps) -> float:
-    """The checks of :func:`rms_norm`; returns eps as a float, bounded by the compute dtype's maximum."""
-    check_input(x)
-    check_param(weight, x, "weight")
-    return check_eps(eps, max_value=eps_limit(compute_dtype(x)))
-
-
-def check_ln_args(x, weight, bias, eps) -> float:
-    """The checks of :func:`layer_norm`; returns eps as a float."""
-    check_input(x)
-    check_param(weight, x, "weight")
-    check_param(bias, x, "bias")
-    return check_eps(eps, max_value=eps_limit(compute_dtype(x)))
-
-
-class RMSNormFunction(torch.autograd.Function):
-    """``RMSNormFunction.apply(x, weight, eps)``; backward uses the explicit formula above and is itself
-    differentiable (double backward is exact). ``apply`` checks its arguments as :func:`rms_norm` does."""
-
-    @classmethod
-    def apply(cls, x, weight, eps):
-        eps = check_rms_args(x, weight, eps)
-        if functorch_active():
-            return rms_forward(x, weight, eps)[0]
-        return super().apply(x, weight, eps)
-
-    @staticmethod
-    def forward(ctx, x, weight, eps):
-        y, rstd = rms_forward(x, weight, eps)
-        ctx.save_for_backward(x, weight, rstd)
-        ctx.eps = eps
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, weight, rstd = ctx.saved_tensors
-        if torch.is_grad_enabled():  # create_graph: rstd must carry its dependence on x
-            rstd = rms_rstd(x, ctx.eps)
-        dx, dw = rms_backward(dy, x, weight, rstd)
-        return (dx if ctx.needs_input_grad[0] else None), (dw if ctx.needs_input_grad[1] else None), None
-
-
-class LayerNormFunction(torch.autograd.Function):
-    """``LayerNormFunction.apply(x, weight, bias, eps)``; backward uses the explicit formula above and is
-    itself differentiable (double backward is exact). ``apply`` checks its arguments as :func:`layer_norm`."""
-
-    @classmethod
-    def apply(cls, x, weight, bias, eps):
-        eps = check_ln_args(x, weight, bias, eps)
-        if functorch_active():
-            return ln_forward(x, weight, bias, eps)[0]
-        return super().apply(x, weight, bias, eps)
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, eps):
-        y, rstd = ln_forward(x, weight, bias, eps)
-        ctx.save_for_backward(x, weight, bias, rstd)
-        ctx.eps = eps
-        return y
-
-    @staticmethod
-    def backward(ctx, dy):
-        x, weight, bias, rstd = ctx.saved_tensors
-        if torch.is_grad_enabled():  # create_graph: rstd must carry its dependence on x
-            rstd = ln_rstd(x, ctx.eps)
-        dx, dw, db = ln_backward(dy, x, weight, bias, rstd)
-        need = ctx.needs_input_grad
-        return (dx if need[0] else None), (dw if need[1] else None), (db if need[2] else None), None
-
-
-def rms_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    eps: float = 1e-6,
-) -> torch.Tensor:
-    """RMSNorm over the last dimension: ``x * rsqrt(mean(x**2, -1) + eps) * weight``.
-
-    Args:
-        x: ``(..., d)`` tensor of dtype float16, bfloat16, float32 or float64.
-        weight: gain of shape ``(d,)``, or ``None`` for no gain.
-        eps: non-negative number added to the mean square inside the square root.
-
-    Returns:
-        Tensor of ``x``'s shape and dtype. Differentiable in ``x`` and ``weight``.
-
-    Raises:
-        TypeError: non-tensor input, or an integer, bool or complex dtype.
-        ValueError: 0-d ``x``, ``weight`` of the wrong shape or device, negative or non-finite ``eps``, or
-            ``eps`` above the compute dtype's largest finite value (float32's for 16- and 32-bit input).
-
-    Inside ``torch.func`` transforms (vmap, grad, jvp, hessian, ...) the forward runs as plain torch
-    operations, so those transforms see the exact derivatives.
-    """
-    eps = check_rms_args(x, weight, eps)  # here too: torch.compile traces the Function without its apply
-    return RMSNormFunction.apply(x, weight, eps)
-
-
-def layer_norm(
-    x: torch.Tensor,
-    weight: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
-    eps: float = 1e-5,
-) -> torch.Tensor:
-    """LayerNorm over the last dimension: ``(x - mean) * rsqrt(var + eps) * weight + bias``.
-
-    The variance is the biased one (divides by ``d``), as in ``torch.nn.functional.layer_norm``.
-    Shapes, dtypes and errors as in :func:`rms_norm`; ``bias`` has shape ``(d,)`` or is ``None``.
-    """
-    eps = check_ln_args(x, weight, bias, eps)
-    return LayerNormFunction.apply(x, weight, bias, eps)
-
-
-def rms_norm_backward(dy, x, weight=None, eps: float = 1e-6):
-    """Explicit RMSNorm backward. Returns ``(dx, dweight)``; ``dweight`` is ``None`` without a weight.
-
-    ``dx = rstd * (g - xhat * mean(g * xhat))`` with ``g = dy * weight`` and ``xhat = x * rstd``;
-    ``dweight = sum over rows of dy * xhat``.
-    """
-    eps = check_rms_args(x, weight, eps)
-    check_grad(dy, x)
-    rstd = rms_rstd(x, eps)
-    return rms_backward(dy, x, weight, rstd)
-
-
-def layer_norm_backward(dy, x, weight=None, bias=None, eps: float = 1e-5):
-    """Explicit LayerNorm backward. Returns ``(dx, dweight, dbias)``; ``None`` for absent parameters.
-
-    ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))``; ``dweight = sum dy * xhat``; ``dbias = sum dy``.
-    """
-    eps = check_ln_args(x, weight, bias, eps)
-    check_grad(dy, x)
-    rstd = ln_rstd(x, eps)
-    return ln_backward(dy, x, weight, bias, rstd)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from . import conventions as _cv
+from . import shared as _cv  # the casting-order helpers (conventions.py re-exports them)
 from . import oracle as _oracle
 
 _HALF = (torch.float16, torch.bfloat16)

@@ -1,5 +1,5 @@
 """The pre-norm block boundary of a LayerNorm model in one call: ``s = residual + x; return layer_norm(s), s``.
-Math: :func:`reference_impl.reference.layer_norm` applied to the sum, rounded once to x's dtype (the "hf"
+Math: :func:`reference_impl.norms.layer_norm.layer_norm` applied to the sum, rounded once to x's dtype (the "hf"
 residual contract)."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import numpy as np
 import torch
 
 from .. import oracle as _oracle
-from .. import reference as _ref
 from .. import tolerances as _tol
 from .._checks import check_input
+from .layer_norm import layer_norm
 from .spec import BadInput, Impl, NormSpec, common_bad, randn
 
 u = _tol.unit_roundoff
@@ -26,7 +26,7 @@ def _reference(x, residual, weight, bias, eps):
     if residual.shape != x.shape:
         raise ValueError(f"residual has shape {tuple(residual.shape)} but x has shape {tuple(x.shape)}")
     s = x + residual
-    return _ref.layer_norm(s, weight, bias, eps), s
+    return layer_norm(s, weight, bias, eps), s
 
 
 def _oracle_fn(x, residual, weight, bias, eps):

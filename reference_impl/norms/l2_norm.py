@@ -18,9 +18,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import conventions as _cv
 from .._checks import check_eps, check_input, compute_dtype
 from ._bounds import rms_like
+from .rms_norm import convention_rms_norm
 from .spec import NormSpec, common_bad, randn
 
 
@@ -48,7 +48,7 @@ def llama4_l2_norm(x, eps):
     gain. ``eps`` has no default on purpose: the model passes ``config.rms_norm_eps`` (1e-5 unless the
     checkpoint's config says otherwise), not the class's default of 1e-6.
     """
-    return _cv.rms_norm(x, None, eps, convention="llama")
+    return convention_rms_norm(x, None, eps, convention="llama")
 # --8<-- [end:l2_norm]
 
 

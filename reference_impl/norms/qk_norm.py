@@ -4,16 +4,51 @@
   Gemma 3 (the ``(1 + w)`` gain), transformers models/qwen3/modeling_qwen3.py and models/gemma3;
 - over the whole projection, a gain as wide as it: OLMo 2 (models/olmo2/modeling_olmo2.py).
 
-Math: :func:`reference_impl.variants.qk_norm` (returns ``(q_normed, k_normed)``).
+The math is here: :func:`qk_norm` (returns ``(q_normed, k_normed)``), built on the families' RMSNorm
+(:func:`reference_impl.norms.rms_norm.convention_rms_norm`); ``reference_impl.variants.qk_norm`` is the
+same function.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from .. import conventions as _cv
 from .. import tolerances as _tol
-from .. import variants as _va
+from .._checks import check_input
+from .rms_norm import convention_rms_norm
+
+
+QK_PLACEMENTS = ("per_head", "full")
+
+
+# --8<-- [start:qk_norm]
+def qk_norm(q, k, q_weight, k_weight, head_dim, eps=1e-6, *, placement="per_head", convention="llama"):
+    """RMSNorm on the query and key projections before attention (QK-norm).
+
+    ``q``: ``(..., n_q_heads * head_dim)``, ``k``: ``(..., n_kv_heads * head_dim)``, as the projections
+    return them. ``placement="per_head"``: each head's ``head_dim`` features get their own RMS and one
+    shared ``(head_dim,)`` gain (Qwen3, Gemma 3). ``placement="full"``: one RMS over the whole projection
+    and a gain as wide as it (OLMo 2). Returns ``(q_normed, k_normed)`` in the input shapes.
+    """
+    if placement not in QK_PLACEMENTS:
+        raise ValueError(f"placement must be 'per_head' or 'full', got {placement!r}")
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+        raise ValueError(f"head_dim must be a positive int, got {head_dim!r}")
+    out = []
+    for t, w, name in ((q, q_weight, "q"), (k, k_weight, "k")):
+        check_input(t, name)
+        if t.shape[-1] % head_dim:
+            raise ValueError(f"{name}'s last dimension {t.shape[-1]} is not a multiple of head_dim={head_dim}")
+        if placement == "per_head":
+            heads = t.view(*t.shape[:-1], t.shape[-1] // head_dim, head_dim)
+            out.append(convention_rms_norm(heads, w, eps, convention=convention).reshape(t.shape))
+        else:
+            out.append(convention_rms_norm(t, w, eps, convention=convention))
+    return out[0], out[1]
+# --8<-- [end:qk_norm]
+
+
+# ------------------------------------------------------------------ the catalog entry
 from .spec import BadInput, Impl, NormSpec, set_param, replace_input, gain, randn
 
 HEAD_DIM = 3
@@ -50,7 +85,7 @@ def _bound(inputs, params):
 
 
 def _reference(q, k, q_weight, k_weight, head_dim, eps, placement, convention):
-    return _va.qk_norm(q, k, q_weight, k_weight, head_dim, eps, placement=placement, convention=convention)
+    return qk_norm(q, k, q_weight, k_weight, head_dim, eps, placement=placement, convention=convention)
 
 
 def _twin(q, k, q_weight, k_weight, head_dim, eps, placement, convention):
