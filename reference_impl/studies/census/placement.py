@@ -320,7 +320,13 @@ def place(model_type: str, norm_types: tuple, class_catalog: dict) -> dict:
         base = cfg_cls()
         rec["eps"], rec["eps_attr"] = config_eps(base)
         cfg = shrink(base)
-        model, cfg = _instance(cls, cfg)
+        try:
+            model, cfg = _instance(cls, cfg)
+        except Exception as exc:   # a default config that leaves a needed size unset: fill it, else keep exc
+            try:
+                model, cfg = _instance(cls, shrink(base, fill=True))
+            except Exception:
+                raise exc from None
         langs = vars(cfg).get("languages")
         if hasattr(model, "set_default_language") and langs:   # X-MOD: an adapter per language, pick one
             model.set_default_language(langs[0])
@@ -395,20 +401,22 @@ def place(model_type: str, norm_types: tuple, class_catalog: dict) -> dict:
 def _instance(cls, cfg):
     """The tiny model (float32, eval) and the config it was built from: the config itself, else its text or
     decoder part (a causal-LM class of a composite config), else the config marked as a decoder (Reformer's LM
-    head insists on it). When every way fails, the first error is the one raised."""
-    tries = [cfg] + [vars(cfg)[k] for k in ("text_config", "decoder") if vars(cfg).get(k) is not None]
+    head insists on it). When every way fails, the error raised is the text or decoder part's, if there is one
+    (the class was most likely written for it), else the config's own."""
+    parts = [vars(cfg)[k] for k in ("text_config", "decoder") if vars(cfg).get(k) is not None]
+    tries = [cfg] + parts
     if getattr(cfg, "is_decoder", None) is False:
         as_decoder = copy.deepcopy(cfg)
         as_decoder.is_decoder = True
         tries.append(as_decoder)
-    first = None
+    errors = []
     for c in tries:
         torch.manual_seed(0)
         try:
             return cls(c).float().eval(), c
-        except Exception as exc:  # noqa: BLE001 - the next way is tried, the first error kept
-            first = first or exc
-    raise first
+        except Exception as exc:  # noqa: BLE001 - the next way is tried
+            errors.append(exc)
+    raise errors[1] if parts else errors[0]
 
 
 def _get(cfg, name):

@@ -36,7 +36,7 @@ SIZES = {
     "kv_lora_rank": 16, "q_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
     "qk_head_dim": 16,
     # state-space and linear-attention mixers
-    "mamba_d_state": 8, "state_size": 8, "mamba_n_heads": 4, "n_mamba_heads": 4, "mamba_d_head": 16, "mamba_headdim": 16,
+    "mamba_d_state": 8, "state_size": 8, "mamba_n_heads": 4, "n_mamba_heads": 4, "mamba_d_ssm": 64, "mamba_d_head": 16, "mamba_headdim": 16,
     "mamba_expand": 1, "expand": 1, "rotary_dim": 8, "rotary_emb_dim": 8, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
     "linear_value_head_dim": 16, "ssm_state_size": 8, "time_step_rank": 8, "conv_kernel": 4,
     "mamba_n_groups": 1, "n_groups": 1, "linear_num_heads": 4, "linear_head_dim": 16,
@@ -91,14 +91,23 @@ def _set(cfg, name, value) -> None:
 
 
 _MAY_BE_NONE = ("head_dim", "kv_channels", "num_key_value_heads")
+# sizes a default config may leave unset although its model needs them (dots1's experts, Qwen4-Exp's indexer):
+# filled only when the model cannot be built without them (``shrink(cfg, fill=True)``)
+FILL = {"n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2, "indexer_n_heads": 4,
+        "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 8, "indexer_compress_ratio": 2}
 _EXPERTS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
 
 
-def shrink(cfg, depth: int = 0):
-    """A copy of ``cfg`` with every size attribute it has set small (sub-configs too)."""
+def shrink(cfg, depth: int = 0, fill: bool = False):
+    """A copy of ``cfg`` with every size attribute it has set small (sub-configs too); with ``fill``, the sizes
+    of :data:`FILL` that it leaves unset (None) are set too."""
     cfg = copy.deepcopy(cfg) if depth == 0 else cfg
     old = _old_layers(cfg)
     own = vars(cfg)
+    if fill:
+        for name, value in FILL.items():
+            if name in own and own[name] is None:
+                _set(cfg, name, value)
     for name, value in SIZES.items():
         if name not in own:
             continue
@@ -133,5 +142,5 @@ def shrink(cfg, depth: int = 0):
         for sub in _SUB:
             s = vars(cfg).get(sub)
             if s is not None and hasattr(s, "to_dict"):
-                shrink(s, depth + 1)
+                shrink(s, depth + 1, fill)
     return cfg
