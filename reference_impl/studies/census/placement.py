@@ -241,6 +241,11 @@ def _role(c, layer, subs, linears, adds, hidden, head_dim, rel, rope=(), inside=
                 return "other", "attention", f"a norm on the values (the output of {pname}), width {width}"
         if which is None and proj is None:
             which = _qk_name(rel.split(".")[-1])
+        nest = rel.split(".")[1:-1]   # a module between the sub-layer and the norm, holding its own projection
+        if which and nest and proj is not None and not _ATTN.search(nest[-1]) \
+                and _rel(proj.name, lname).startswith(".".join(rel.split(".")[:-1]) + "."):
+            return "other", "attention", (f"a {which} norm of {'.'.join(nest)} inside the attention (on its own "
+                                          f"{pname}), not on the attention's queries or keys")
         if which and head_dim and width == head_dim:
             return f"{which}_per_head", "attention", None
         if which and head_dim and width % head_dim == 0:

@@ -102,6 +102,7 @@ def shrink(cfg, depth: int = 0, fill: bool = False):
     """A copy of ``cfg`` with every size attribute it has set small (sub-configs too); with ``fill``, the sizes
     of :data:`FILL` that it leaves unset (None) are set too."""
     cfg = copy.deepcopy(cfg) if depth == 0 else cfg
+    all_heads = vars(cfg).get("num_key_value_heads") == vars(cfg).get("num_attention_heads")
     old = _old_layers(cfg)
     own = vars(cfg)
     if fill:
@@ -125,6 +126,10 @@ def shrink(cfg, depth: int = 0, fill: bool = False):
     for name in ("num_hidden_layers", "num_layers", "n_layer", "n_layers"):
         if isinstance(vars(cfg).get(name), int):
             _set(cfg, name, n)
+    if isinstance(own.get("kv_lora_rank"), int) and own.get("num_key_value_heads") == SIZES["num_key_value_heads"] \
+            and all_heads:
+        # latent attention expands its keys to every head: keep as many key/value heads as query heads
+        _set(cfg, "num_key_value_heads", SIZES["num_attention_heads"])
     if "qk_rope_head_dim" in vars(cfg) and "head_dim" in vars(cfg):  # latent attention: head_dim is the rotary part
         _set(cfg, "head_dim", vars(cfg)["qk_rope_head_dim"])
     for name in ("mlp_layer_types", "layers_block_type", "hybrid_override_pattern", "block_types"):
