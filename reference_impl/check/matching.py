@@ -176,8 +176,13 @@ class Candidate:
     description: str = ""
 
     def describe(self) -> str:
-        if self.description:
-            return self.description + "".join(f"; {k} {v}" for k, v in self.options)
+        desc = self.description
+        if not desc:  # a Candidate built by name (the kit's): the entry's own sentence, when it declares one
+            from ..norms import CATALOG
+
+            desc = CATALOG[self.entry].match_description if self.entry in CATALOG else ""
+        if desc:
+            return desc + "".join(f"; {k} {v}" for k, v in self.options)
         s = ORDERS.get(self.convention, self.entry)
         if self.placement == "outside":
             s += "; eps outside the root, x / (rms + eps)"
