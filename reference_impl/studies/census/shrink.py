@@ -26,7 +26,7 @@ SIZES = {
     "multi_query_group_num": 2, "head_dim": 16, "kv_channels": 16, "d_kv": 16, "attention_head_size": 16,
     "global_head_dim": 16, "local_head_dim": 16,
     # vocabulary and positions
-    "vocab_size": 128, "max_position_embeddings": 128, "n_positions": 128, "max_seq_len": 128,
+    "vocab_size": 128, "vocab_size_per_layer_input": 128, "max_position_embeddings": 128, "n_positions": 128, "max_seq_len": 128,
     # experts
     "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "moe_num_experts": 4,
     "num_experts_per_tok": 2, "num_experts_per_token": 2, "num_expert_group": 1, "moe_topk": 2, "top_k": 2, "moe_k": 2, "n_shared_experts": 1,
@@ -45,7 +45,7 @@ SIZES = {
     # Zamba 2's attention reads the stream concatenated with the embeddings: twice the width
     "attention_hidden_size": 128, "attention_head_dim": 32,
     # windows and chunking
-    "sliding_window": 16, "attention_chunk_size": 16, "chunk_size": 16,
+    "sliding_window": 16, "num_kv_shared_layers": 0, "attention_chunk_size": 16, "chunk_size": 16,
     # vision and audio towers
     "image_size": 32, "patch_size": 8, "num_channels": 3, "projection_dim": 64, "out_hidden_size": 64,
 }
@@ -70,8 +70,13 @@ def _cut_lists(cfg, old_layers: int | None) -> int:
     types = list(types) if isinstance(types, (list, tuple)) and len(types) == old_layers else None
     keep = _keep(old_layers, types)
     for name, value in list(vars(cfg).items()):
-        if isinstance(value, (list, tuple)) and len(value) == old_layers and name not in SIZES:
-            _set(cfg, name, type(value)(value[i] for i in keep))
+        if isinstance(value, (list, tuple)) and len(value) == old_layers:
+            kept = [value[i] for i in keep]
+            if name in SIZES:   # a size given per layer (Gemma 3n's intermediate_size): small in every layer
+                if not all(isinstance(v, int) and not isinstance(v, bool) for v in kept):
+                    continue
+                kept = [SIZES[name]] * len(kept)
+            _set(cfg, name, type(value)(kept))
     return len(keep)
 
 
