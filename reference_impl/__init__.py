@@ -1,11 +1,15 @@
 """Reference LayerNorm and RMSNorm.
 
-Core math (data flows one way: oracle and symbolic -> reference -> conventions -> variants):
+Core math (data flows one way: oracle and symbolic -> shared helpers -> each norm's catalog module):
 
 - :mod:`reference_impl.oracle`: float64 NumPy oracle (forward and backward).
-- :mod:`reference_impl.reference`: PyTorch reference with an explicit backward and an ``autograd.Function``.
-- :mod:`reference_impl.conventions`: the casting orders of model families; :mod:`reference_impl.families`
-  says which family uses which; :mod:`reference_impl.variants`: pRMSNorm, grouped, fused residual, QK-norm.
+- :mod:`reference_impl.shared` and :mod:`reference_impl._checks`: what several norms share (the
+  batch-invariant row mean, the model families' casting orders, the input checks).
+- :mod:`reference_impl.reference` (RMSNorm and LayerNorm with an explicit backward and an
+  ``autograd.Function``), :mod:`reference_impl.conventions` (the families' casting orders) and
+  :mod:`reference_impl.variants` (pRMSNorm, grouped, fused residual, QK-norm, ScaleNorm): the public names,
+  re-exported from the catalog modules that hold the code; :mod:`reference_impl.families` says which
+  family uses which order.
 - :mod:`reference_impl.tolerances`: the tolerance policy every comparison test uses.
 - :mod:`reference_impl.symbolic`: the SymPy registry of every formula on the site.
 - :mod:`reference_impl.norms`: the catalog, one module per norm (DyT, Derf, the L2 norms and every norm
