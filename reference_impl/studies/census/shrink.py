@@ -18,6 +18,7 @@ SIZES = {
     "num_text_layers": LAYERS, "num_blocks": LAYERS,
     # widths
     "hidden_size": 64, "d_model": 64, "n_embd": 64, "dim": 64, "embed_dim": 64, "model_dim": 64, "embedding_dim": 64,
+    "hidden_size_global": 64, "cross_attn_k": 1,
     "intermediate_size": 128, "ffn_dim": 128, "n_inner": 128, "d_ff": 128, "ffn_hidden_size": 128,
     "decoder_ffn_dim": 128, "encoder_ffn_dim": 128, "intermediate_dim": 128, "hidden_dim": 128,
     # heads
@@ -26,17 +27,20 @@ SIZES = {
     "multi_query_group_num": 2, "head_dim": 16, "kv_channels": 16, "d_kv": 16, "attention_head_size": 16,
     "global_head_dim": 16, "local_head_dim": 16,
     # vocabulary and positions
-    "vocab_size": 128, "vocab_size_per_layer_input": 128, "max_position_embeddings": 128, "n_positions": 128, "max_seq_len": 128,
+    "vocab_size": 128, "vocab_size_per_layer_input": 128, "encoder_hash_byte_group_vocab": 128,
+    "max_position_embeddings": 128, "n_positions": 128, "max_seq_len": 128,
     # experts
     "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "moe_num_experts": 4,
-    "num_experts_per_tok": 2, "num_experts_per_token": 2, "num_expert_group": 1, "moe_topk": 2, "top_k": 2, "moe_k": 2, "n_shared_experts": 1,
+    "num_experts_per_tok": 2, "num_experts_per_token": 2, "num_expert_group": 1, "moe_topk": 2, "top_k": 2,
+    "moe_k": 2, "n_shared_experts": 1,
     "num_shared_experts": 1, "moe_intermediate_size": 32, "shared_expert_intermediate_size": 32,
     "expert_interval": 1, "n_group": 1, "topk_group": 1, "first_k_dense_replace": 1,
     # multi-head latent attention
     "kv_lora_rank": 16, "q_lora_rank": 32, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
     "qk_head_dim": 16,
     # state-space and linear-attention mixers
-    "mamba_d_state": 8, "state_size": 8, "mamba_n_heads": 4, "n_mamba_heads": 4, "mamba_d_ssm": 64, "mamba_d_head": 16, "mamba_headdim": 16,
+    "mamba_d_state": 8, "state_size": 8, "mamba_n_heads": 4, "n_mamba_heads": 4, "mamba_d_ssm": 64,
+    "mamba_d_head": 16, "mamba_headdim": 16,
     "mamba_expand": 1, "expand": 1, "rotary_dim": 8, "rotary_emb_dim": 8, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 16,
     "linear_value_head_dim": 16, "ssm_state_size": 8, "time_step_rank": 8, "conv_kernel": 4,
     "mamba_n_groups": 1, "n_groups": 1, "linear_num_heads": 4, "linear_head_dim": 16,
@@ -50,7 +54,8 @@ SIZES = {
     "image_size": 32, "patch_size": 8, "num_channels": 3, "projection_dim": 64, "out_hidden_size": 64,
 }
 _SUB = ("text_config", "decoder", "vision_config", "audio_config", "decoder_config", "encoder_config", "speech_config",
-        "thinker_config", "talker_config", "language_config", "llm_config", "text_encoder_config")
+        "thinker_config", "talker_config", "language_config", "llm_config", "text_encoder_config",
+        "patcher_config", "global_config")
 
 
 def _keep(old_layers: int, types) -> list[int]:

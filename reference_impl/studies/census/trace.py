@@ -14,9 +14,10 @@ Each norm call in the first decoder layer is then classified by tensor identity,
 (last dimension head_dim, taken from the query or key projection's storage) or ``q_whole`` / ``k_whole``
 (the whole projection), ``latent`` (another width inside attention: multi-head latent attention),
 ``inner_output`` (inside a sub-layer, on what its output projection reads: the gated norm of a linear-attention
-or Mamba mixer, BitNet's sub-norms), and ``final`` / ``embedding`` for norms after the last layer or before the first. Which projection a query or
-key norm reads is decided by the storage its input shares with a projection's output; only when the input
-is a fresh tensor (after the rotary embedding) does the projection's or the norm's attribute name decide.
+or Mamba mixer, BitNet's sub-norms), and ``final`` / ``embedding`` for norms after the last layer or before the
+first. Which projection a query or key norm reads is decided by the storage its input shares with a
+projection's output; only when the input is a fresh tensor (after the rotary embedding) does the projection's
+or the norm's attribute name decide.
 """
 from __future__ import annotations
 
