@@ -217,7 +217,6 @@
       if (c.note) out.push(n + ": " + c.note);
       if (c.exception) out.push(n + ": " + c.exception);
     });
-    if (m.par) out.push("a parallel block: attention and the MLP read the same input, their outputs are added together");
     m.extra.forEach(function (e) { out.push("extra norm: " + e); });
     if (m.eps === null || m.eps === undefined) out.push("the config sets no eps");
     return out;
@@ -281,6 +280,7 @@
     ["convention", function (m) { return m.cat.join(", ") || "none"; }],
     ["eps", function (m) { return fmtEps(m.eps); }],
     ["placement", function (m) { return m.pl; }],
+    ["parallel block", function (m) { return m.par ? "yes" : "no"; }],
     ["QK-norm", function (m) { return m.qk; }],
     ["QK-norm and RoPE", function (m) { return m.rope ? m.rope + " RoPE" : "-"; }],
     ["final norm", function (m) { return m.final ? "yes" : "no"; }],
