@@ -146,6 +146,21 @@ def test_parallel_blocks_and_norms_inside_a_sub_layer_are_read_from_the_trace():
     assert "gated" not in rows["mlp.ffn_sub_norm"]["note"] and bitnet["placement"] == "pre"
 
 
+@pytest.mark.guards("census.placements")
+def test_a_norm_whose_output_is_the_residual_is_post_ln():
+    """MiniMax normalizes the stream at the start of each layer and adds the attention's output to the norm's
+    output: every addition is followed by a norm on the stream (Post-LN), not a Pre-LN norm on a sub-layer's input."""
+    import torch
+
+    from reference_impl.studies.census.placement import place
+
+    r = place("minimax", (torch.nn.LayerNorm, torch.nn.RMSNorm), {})
+    assert r["status"] == "traced", r["error"]
+    assert r["placement"] == "post", (r["placement"], r["placement_note"], r["layer"])
+    first = next(e for e in r["layer"] if e["module"] == "input_layernorm")
+    assert (first["role"], first["sublayer"]) == ("residual_sum", None), first
+
+
 @pytest.mark.guards("census.exceptions")
 def test_every_unmatched_class_has_an_exception_with_a_reason(data):
     unmatched = {c["name"]: c for c in data["classes"] if c["in_scope"] and not c["catalog"]}

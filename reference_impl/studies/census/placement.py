@@ -133,8 +133,17 @@ def classify_layer(tr: Trace, prefix: str, hidden: int, head_dim: int | None, in
         if role == "input" and {"attention", "mlp"} <= _consumers(c, inside, lname):
             sub = "attention+mlp"   # a parallel block: one norm feeds both sub-layers
         rows.append({"module": rel, "class": type(c.module).__name__, "role": role, "sublayer": sub,
-                     "note": note, "_idx": c.idx})
+                     "note": note, "_idx": c.idx, "_fed": _consumer(c, inside, c.y, lname)})
+    if any(r["role"] == "sublayer_output" for r in rows):
+        # a layer that also normalizes its sub-layers' outputs (Dory's sandwich on the unit sphere): a norm at its
+        # start is the sandwich's input norm, even when its output is the residual
+        for r in rows:
+            if r["role"] == "residual_sum" and r["note"] == _START:
+                r.update(role="input", sublayer=r["_fed"], note=None)
     return rows, layer
+
+
+_START = "at the start of the layer, on the previous layer's last sum (or the embeddings); its output is the residual"
 
 
 def _qk_name(name: str) -> str | None:
@@ -215,6 +224,13 @@ def _role(c, layer, subs, linears, adds, hidden, head_dim, rel, rope=(), inside=
     fed = _consumer(c, inside, y, lname)
     if width == hidden:
         if same(x, layer.x):
+            # its output is what the layer adds a sub-layer's output to (MiniMax): the norm of the previous
+            # layer's last sum, moved to the start of this layer, so every addition is followed by a norm
+            kept = [y] + [out for i, ops, out in scales if i > c.idx and any(same(o, y) for o in ops)]
+            inside_sub = [(s_.idx, s_.end or 0) for s_, _ in subs]   # a token shift's mixing adds are no residual
+            if fed and any(i > c.idx and not any(a < i < e for a, e in inside_sub)
+                           and any(same(o, t) for o in ops for t in kept) for i, ops, _ in adds):
+                return "residual_sum", None, _START
             return "input", fed, None
         made = next((ops for i, ops, out in reversed(adds) if i < c.idx and same(out, x)), None)
         if made is not None and not any(same(t, x) for t in streams):
