@@ -257,7 +257,7 @@ def census_models_table_macro(ctx) -> str:
         cat = ", ".join(f"[`{e}`]({catalog_href(e, markdown=True)})" for e in m["cat"]) or "none"
         qk = m["qk"] + (f" ({m['rope']} RoPE)" if m["rope"] else "")
         rows.append(f"| {label} | {_md(m['cls'])}, {_md(m['cfg'])} | {_md(', '.join(m['norms']) or '-')} | {cat} | "
-                    f"{_md(m['pl'])} | {_md(qk)} |")
+                    f"{_md(m['pl'] + (', parallel block' if m['par'] else ''))} | {_md(qk)} |")
     return "\n".join(rows) + "\n"
 
 
