@@ -322,8 +322,13 @@ def ledger_macro(ctx) -> str:
             verdict = _verdict(e["verdict"]) if e else '<span class="verdict verdict-none">no verdict yet</span>'
             out.append(f"| [{c['id']}](#{c['id'].lower()})<br>{verdict} | {_cell(_literal((e or c)['claim']))} "
                        f"<small>({source_labels(c['source'])})</small> |")
+        # the findings fold under the table (a link to a claim's anchor opens its fold), so the page stays
+        # a table of verdicts a reader can scan
+        out.append(f'\n<details class="note claim-findings" markdown="1"><summary>More: the finding and evidence '
+                   f'for each of these {len(mine)} claims</summary>\n')
         for c in mine:
             out += _claim_section(ctx, c, found.get(c["id"]))
+        out.append("\n</details>\n")
     return "\n".join(out) + "\n"
 
 

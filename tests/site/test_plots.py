@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 import pytest
 
 from tests.site.test_browser import PAGES, Watcher, set_dark
+from tests.site.test_reading import reading_site, reading_url  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.site, pytest.mark.guards("site.plots")]
 
@@ -63,10 +64,9 @@ def smallest_text_px(page, site_dir: Path) -> list[tuple[str, float, str]]:
 PLOT_PAGES = [p for p in PAGES if p not in ("", "api/")]
 
 
-@pytest.mark.parametrize("width", [pytest.param(w, marks=pytest.mark.xfail(
-    w == "phone", reason="known: since the phone layout's scroll containers, some plots (CPU bench, placements) "
-    "draw ticks at 10.5 px at 360 px; to be fixed in the plot sizes", strict=False)) for w in WIDTHS])
-def test_plot_text_is_at_least_11_px(browser, site_url, site_dir, width):
+@pytest.mark.parametrize("width", list(WIDTHS))
+def test_plot_text_is_at_least_11_px(browser, reading_url, reading_site, width):
+    site_url, site_dir = reading_url, reading_site  # NORMLAB_READING_SITE, else the built site
     context = browser.new_context(viewport=WIDTHS[width])
     problems, measured = [], 0
     try:

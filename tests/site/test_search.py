@@ -1,4 +1,4 @@
-"""The built site's search, typed into the search box of a real browser: for ten queries a reader would
+"""The built site's search, typed into the search box of a real browser: for eleven queries a reader would
 type, the first result is the page that answers them, and no result snippet shows raw TeX (formulas reach
 the index as plain text, ``site_hooks/searchtext.py``)."""
 from __future__ import annotations
@@ -7,6 +7,8 @@ import re
 from urllib.parse import urlparse
 
 import pytest
+
+from tests.site.test_reading import reading_site, reading_url  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.site, pytest.mark.guards("site.search")]
 
@@ -19,6 +21,7 @@ QUERIES = {
     "centring": "training/",
     "triton": "kernels/triton/",
     "sequence parallel": "distributed/",
+    "tensor parallel": "distributed/",
     "claims": "claims/",
     "jacobian": "gradients/",
     "float16 overflow": "numerics/",
@@ -27,8 +30,9 @@ RAW_TEX = re.compile(r"\\frac|\\sqrt|\$\$|\\\(|\\\)|\\\[|\\\]|\\begin|\\operator
 
 
 @pytest.fixture(scope="module")
-def search(browser, site_url):
+def search(browser, reading_url):
     """Types a query into the search box of the home page; returns [(result path, snippet text)], best first."""
+    site_url = reading_url  # NORMLAB_READING_SITE, else the built site
     context = browser.new_context(color_scheme="light", viewport={"width": 1280, "height": 900})
     page = context.new_page()
 
