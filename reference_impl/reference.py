@@ -38,6 +38,9 @@ from .norms.rms_norm import (RMSNormFunction, check_rms_args, rms_backward, rms_
                              rms_rstd)
 from .shared import row_mean
 
+_BITS = {torch.float16: torch.int16, torch.bfloat16: torch.int16, torch.float32: torch.int32,
+         torch.float64: torch.int64}
+
 __all__ = [
     "rms_norm", "layer_norm", "rms_norm_backward", "layer_norm_backward", "RMSNormFunction", "LayerNormFunction",
     "rms_forward", "rms_backward", "ln_forward", "ln_backward", "rms_rstd", "ln_rstd", "check_rms_args",
@@ -46,19 +49,31 @@ __all__ = [
 
 
 def square_edges(dtype: torch.dtype = torch.float32) -> dict:
-    """Where squares formed in ``dtype`` leave its range, found by stepping through its values:
-    ``overflow``, the smallest positive value whose square is Inf (a row holding one gets rstd 0 and comes
-    out as zeros); ``underflow``, the largest value whose square is 0 (with ``eps=0`` a row with every
-    ``|x|`` at or below it has mean square 0 and rstd Inf). docs/numerics.md prints both."""
-    inf, zero = torch.tensor(math.inf, dtype=dtype), torch.tensor(0.0, dtype=dtype)
-    over = torch.tensor(math.sqrt(torch.finfo(dtype).max), dtype=dtype)
-    while torch.isfinite(over * over):
-        over = torch.nextafter(over, inf)
-    while not torch.isfinite(torch.nextafter(over, zero) ** 2):
-        over = torch.nextafter(over, zero)
-    under = torch.tensor(math.sqrt(torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps), dtype=dtype)
-    while under * under != 0:
-        under = torch.nextafter(under, zero)
-    while torch.nextafter(under, inf) ** 2 == 0:
-        under = torch.nextafter(under, inf)
-    return {"overflow": float(over), "underflow": float(under)}
+    """Where squares formed in ``dtype`` leave its range: ``overflow``, the smallest positive value whose
+    square is Inf (a row holding one gets rstd 0 and comes out as zeros); ``underflow``, the largest value
+    whose square is 0 (with ``eps=0`` a row with every ``|x|`` at or below it has mean square 0 and rstd
+    Inf). docs/numerics.md prints both. Found by bisection over the dtype's positive values in bit order
+    (squaring is monotone there), each square computed in ``dtype`` itself."""
+    if dtype not in _BITS:
+        raise TypeError(f"square_edges takes float16, bfloat16, float32 or float64, got {dtype}")
+    ity = _BITS[dtype]
+    top = int(torch.tensor(torch.finfo(dtype).max, dtype=dtype).view(ity))
+
+    def square(i: int) -> torch.Tensor:
+        v = torch.tensor(i, dtype=ity).view(dtype)
+        return v * v
+
+    def first(pred) -> int:  # the smallest bit pattern in [0, top] where pred holds (pred(top) holds)
+        lo, hi = 0, top
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if pred(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    over = first(lambda i: not bool(torch.isfinite(square(i))))
+    under = first(lambda i: bool(square(i) != 0)) - 1
+    return {"overflow": float(torch.tensor(over, dtype=ity).view(dtype)),
+            "underflow": float(torch.tensor(under, dtype=ity).view(dtype))}
