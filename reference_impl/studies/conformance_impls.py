@@ -274,7 +274,7 @@ def implementations() -> list[Impl]:
                         ("gemma",) if conv == "gemma" else ("llama",), site.format(folder)))
     out += [
         Impl("conventions", "reference_impl.conventions.rms_norm", "this project", "eager PyTorch, CPU",
-             conventions_run, source="reference_impl/conventions.py"),
+             conventions_run, source="reference_impl/norms/rms_norm.py"),
         Impl("torch_module", "torch.nn.RMSNorm (weight in x's dtype)", "PyTorch", "eager, CPU composite",
              torch_module_run, source="torch/nn/modules/normalization.py"),
         Impl("torch_functional_f32", "F.rms_norm (float32 weight)", "PyTorch", "eager, CPU composite",

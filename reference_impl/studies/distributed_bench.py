@@ -41,10 +41,11 @@ REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "docs" / "data" / "distributed.json"
 PLOTS = REPO / "docs" / "data" / "plots"
 COMMAND = "python -m reference_impl.studies.distributed_bench"
-SOURCES = ["reference_impl/studies/distributed_bench.py", "reference_impl/distributed.py", "reference_impl/comm.py",
-           "reference_impl/conventions.py", "reference_impl/_checks.py", "reference_impl/oracle.py",
-           "reference_impl/reference.py", "reference_impl/symbolic/algebra.py",
-           "reference_impl/symbolic/formulas.py", "reference_impl/symbolic/costs.py"]
+# the study's import closure (the norms' own modules and the helpers they share), plus the symbolic package's
+# modules it calls through the package (a package import is not walked by python_closure)
+SOURCES = sorted(set(provenance.python_closure("reference_impl/studies/distributed_bench.py"))
+                 | {"reference_impl/symbolic/algebra.py", "reference_impl/symbolic/formulas.py",
+                    "reference_impl/symbolic/costs.py"})
 WORLDS = (2, 4)
 P = symbolic.sp.Symbol("p", integer=True, positive=True)
 
