@@ -163,10 +163,17 @@ SECOND_FILE_MODULES = {
 }
 
 
+# A package that finds its modules at run time (the catalog: reference_impl.norms builds CATALOG from every
+# module that defines SPECS) hides them from the import graph: importing the package itself (``from ..norms
+# import CATALOG``) counts as importing every module in it.
+DISCOVERING_PACKAGES = ("reference_impl/norms",)
+
+
 def python_closure(*entries: str, root: Path = REPO, exclude=("reference_impl/provenance.py",)) -> list[str]:
     """The given repository-relative Python files and every module of the repository they import,
     directly or not (relative and absolute ``reference_impl`` imports; imports inside functions too).
-    Package ``__init__`` files are left out (they only re-export). Native sources loaded at run time are
+    Package ``__init__`` files are left out (they only re-export), except that importing a package of
+    :data:`DISCOVERING_PACKAGES` adds every module in it. Native sources loaded at run time are
     not imports: list them yourself. Modules an entry imports only for a second data file
     (:data:`SECOND_FILE_MODULES`) are left out of that entry's closure."""
     exclude = tuple(exclude) + tuple(m for e in entries for m in SECOND_FILE_MODULES.get(e, ()))
@@ -193,6 +200,9 @@ def python_closure(*entries: str, root: Path = REPO, exclude=("reference_impl/pr
                 cand = Path(*parts).with_suffix(".py")
                 if (root / cand).is_file():
                     todo.append(cand.as_posix())
+                elif Path(*parts).as_posix() in DISCOVERING_PACKAGES:
+                    todo.extend(m.relative_to(root).as_posix() for m in sorted((root / Path(*parts)).glob("*.py"))
+                                if m.name != "__init__.py")
     return sorted(seen)
 
 

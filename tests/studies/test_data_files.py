@@ -315,3 +315,17 @@ def test_training_files_list_the_modules_behind_their_own_numbers():
     assert train == pv.python_closure("reference_impl/studies/training.py")
     assert "reference_impl/equivalence.py" not in train and "reference_impl/tiny_lm.py" in train
     assert eq == pv.python_closure("reference_impl/equivalence.py") and "reference_impl/equivalence.py" in eq
+
+
+def test_a_study_that_reads_the_catalog_lists_every_catalog_module():
+    """The catalog finds its modules at run time, so the import graph alone would miss them: a study that
+    imports the package (the matching behind the census, the kit and the conformance study) lists each."""
+    from reference_impl import provenance as pv
+
+    norms = sorted(p.relative_to(REPO).as_posix() for p in (REPO / "reference_impl" / "norms").glob("*.py")
+                   if p.name != "__init__.py")
+    assert len(norms) > 10
+    closure = pv.python_closure("reference_impl/check/matching.py")
+    assert set(norms) <= set(closure), sorted(set(norms) - set(closure))
+    # a module that imports one catalog module by its own name gets that module only
+    assert "reference_impl/norms/gated_rms_norm.py" not in pv.python_closure("reference_impl/tiny_lm.py")
