@@ -321,6 +321,8 @@ def render_plots(data: dict, outdir: Path) -> list[Path]:
                         "avx512_rsqrt14_nr1_fma", "quake_nr1", "walczyk_nr1", "walczyk_nr2") if n in data["methods"]
             and data["methods"][n].get("normal")]
 
+    # The page shows rsqrt_panels.py's drawing of these histograms (one panel per method); this overlay of
+    # nine colours is still written for now. At the next re-run, call rsqrt_panels.draw here instead.
     def ulp_hist(theme):
         fig, axs = plotstyle.figure(7.6)
         ax = axs[0][0]
