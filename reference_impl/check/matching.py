@@ -5,8 +5,9 @@ the conformance study share.
 - :func:`make_probes` builds inputs that separate the conventions: odd and even widths, gains stored in the
   checkpoint's dtype or in float32, rows so small that eps decides the result, rows large enough that a
   float16 square would overflow;
-- :func:`candidates` runs every catalog entry of a kind, with eps inside and outside the root: the kinds and
-  candidates come from the catalog (an entry declares ``match_kind``, ``match_run`` and its variants on its
+- :func:`candidates` runs every catalog entry of a kind, with eps inside and outside the root: the kinds,
+  candidates, their order and their sentences all come from the catalog (an entry declares ``match_kind``,
+  ``match_run``, ``match_variants``, ``match_rank`` and ``match_description`` on its
   :class:`~reference_impl.norms.spec.NormSpec`), so a new entry is a candidate without an edit here;
 - :func:`match` runs a function on the probes and names the entry it equals on every probe, or the
   closest one with its largest distance in ulps.
@@ -149,20 +150,8 @@ def make_probes(width_list, dtypes, weight_dtypes, *, gain: str, bias: bool, eps
 
 # ------------------------------------------------------------------------------------------ candidates
 
-# a sentence per casting order; eps placement and the gain are added by describe()
-ORDERS = {
-    "llama": "rounds before the gain: Llama's order (normalize in float32, round to x's dtype, then multiply "
-             "by the gain)",
-    "gemma": "applies (1 + w) in float32, then rounds once: Gemma's order",
-    "t5": "scales the input in float32 and rounds to a half weight's dtype before the gain: T5's order",
-    "olmo2": "applies the gain in float32, then rounds once: OLMo 2's order",
-    "torch": "computes in float32 with the gain in float32, then rounds once: torch.nn.RMSNorm's order",
-    "reference": "computes in float32 (float64 for float64 input) with the gain in it, then rounds once",
-    "neox": "computes as torch.nn.LayerNorm's kernel does (float32 statistics, one rounding)",
-    "cohere": "computes two-pass float32 statistics, applies the gain in float32, then rounds once: Cohere's order",
-    "l2_norm": "divides by the Euclidean length, max(||x||, eps): nGPT's L2 normalization",
-    "llama4_l2_norm": "divides by the RMS in float32 without a gain: Llama 4's L2Norm",
-}
+# the variant options that are the candidate's own fields (also passed to the entry's match_run)
+_FIELDS = ("convention", "placement", "folded")
 
 
 @dataclass(frozen=True)
@@ -172,115 +161,66 @@ class Candidate:
     convention: str
     placement: str = "inside"
     folded: bool = False  # for a (1 + w) probe: the gain rounded to the weight's dtype before use
-    options: tuple = ()   # a declared entry's variant: keyword options for its spec's match_run
+    options: tuple = ()   # the variant's keyword options for its spec's match_run
     description: str = ""
 
     def describe(self) -> str:
-        desc = self.description
-        if not desc:  # a Candidate built by name (the kit's): the entry's own sentence, when it declares one
-            from ..norms import CATALOG
-
-            desc = CATALOG[self.entry].match_description if self.entry in CATALOG else ""
-        if desc:
-            return desc + "".join(f"; {k} {v}" for k, v in self.options)
-        s = ORDERS.get(self.convention, self.entry)
+        desc = self.description or _sentence(self.entry, self.convention)
         if self.placement == "outside":
-            s += "; eps outside the root, x / (rms + eps)"
+            desc += "; eps outside the root, x / (rms + eps)"
         if self.folded:
-            s += "; with the gain 1 + w rounded to the weight's dtype first"
-        return s
+            desc += "; with the gain 1 + w rounded to the weight's dtype first"
+        return desc + "".join(f"; {k} {v}" for k, v in self.options if k not in _FIELDS)
 
 
-def _rms_gain(p: Probe, c: Candidate):
-    if c.folded and p.gain != "1+w":
-        raise NotApplicable("only a (1 + w) gain can be folded")
-    if p.gain == "none" or p.weight is None:
-        return None
-    if c.convention == "gemma":
-        if p.gain != "1+w":
-            raise NotApplicable("Gemma's order stores an offset from one")
-        return p.weight
-    if p.gain == "1+w":  # another order applied to the gain 1 + w
-        g = 1.0 + p.weight.float()
-        return g.to(p.weight.dtype) if c.folded else g
-    return p.weight
+def _entry_sentence(spec, convention: str) -> str:
+    d = spec.match_description
+    return d.get(convention, "") if isinstance(d, dict) else d
+
+
+def _sentence(entry: str, convention: str) -> str:
+    """A Candidate built by name (the kit's): the entry's own sentence, else that of the first candidate
+    declaring the convention, else the entry's name."""
+    from ..norms import CATALOG
+
+    if entry in CATALOG and _entry_sentence(CATALOG[entry], convention):
+        return _entry_sentence(CATALOG[entry], convention)
+    for kind in kinds():
+        for c in _declared(kind):
+            if c.convention == convention and c.description:
+                return c.description
+    return entry
 
 
 def _runner(c: Candidate, kind: str) -> Callable[[Probe], torch.Tensor]:
-    from .. import conventions as cv
-    from .. import variants as va
+    """``run(probe)`` of a candidate: its entry's ``match_run`` with the variant's options (``kind`` is
+    the candidate's kind, kept for callers)."""
     from ..norms import CATALOG
 
     spec = CATALOG[c.entry]
-    if spec.match_kind is not None:
-        opts = dict(c.options)
-        return lambda p: spec.match_run(p, **opts)
-
-    def run(p: Probe):
-        if kind == "rms":
-            return cv.rms_norm(p.x, _rms_gain(p, c), p.eps, convention=c.convention, eps_placement=c.placement)
-        if kind == "fused_add_rms":
-            if p.residual is None:
-                raise NotApplicable("no residual")
-            return va.fused_add_rms_norm(p.x, p.residual, _rms_gain(p, c), p.eps, convention=c.convention)
-        if kind == "layer":
-            return spec.reference(p.x, p.weight, p.bias, p.eps, c.convention)
-        if kind == "l2":
-            return spec.reference(p.x, eps=p.eps)
-        raise ValueError(kind)
-    return run
-
-
-# The entries declared before NormSpec had match fields, whose modules (rms_norm.py, layer_norm.py, l2_norm.py,
-# fused_add_rms_norm.py) do not declare them yet: their candidates, in today's preference order. A new entry
-# declares ``match_kind`` (and ``match_run``, ``match_variants``, ``match_rank``) on its spec instead.
-_UNDECLARED_KINDS = ("rms", "layer", "l2", "fused_add_rms")
+    opts = dict(c.options)
+    return lambda p: spec.match_run(p, **opts)
 
 
 def kinds() -> tuple:
-    """Every kind of norm the catalog offers candidates for."""
+    """Every kind of norm the catalog offers candidates for, by the rank of each kind's most preferred
+    entry (then name)."""
     from ..norms import CATALOG
 
-    declared = sorted({s.match_kind for s in CATALOG.values() if s.match_kind} - set(_UNDECLARED_KINDS))
-    return _UNDECLARED_KINDS + tuple(declared)
-
-
-def _undeclared(kind: str) -> list[Candidate]:
-    from .. import conventions as cv
-    from ..norms import CATALOG
-
-    out = []
-    if kind in ("rms", "fused_add_rms"):
-        order = ("llama", "gemma", "t5", "olmo2", "torch", "reference")
-        placements = cv.EPS_PLACEMENTS if kind == "rms" else ("inside",)
-        for conv in order:
-            entry = "fused_add_rms_norm" if kind == "fused_add_rms" else \
-                ("rms_norm" if conv == "reference" else f"rms_norm.{conv}")
-            if entry not in CATALOG or CATALOG[entry].match_kind is not None:
-                continue
-            name = f"{entry}.{conv}" if kind == "fused_add_rms" else entry
-            for pl in placements:
-                if kind == "rms" and conv == "reference" and pl == "outside" and "rms_norm.eps_outside" in CATALOG:
-                    out.append(Candidate("rms_norm.eps_outside", "rms_norm.eps_outside", conv, pl))
-                    continue
-                shown = name + (" (eps outside)" if pl == "outside" else "")
-                out.append(Candidate(shown, entry, conv, pl))
-                if conv != "gemma":
-                    out.append(Candidate(shown + " (1 + w folded)", entry, conv, pl, folded=True))
-    elif kind == "layer":
-        for entry in ("layer_norm.neox", "layer_norm.cohere", "layer_norm"):
-            if entry in CATALOG and CATALOG[entry].match_kind is None:
-                out.append(Candidate(entry, entry, CATALOG[entry].params["convention"]))
-    elif kind == "l2":
-        for entry in ("llama4_l2_norm", "l2_norm"):
-            if entry in CATALOG and CATALOG[entry].match_kind is None:
-                out.append(Candidate(entry, entry, entry))
-    return out
+    best: dict[str, int] = {}
+    for s in CATALOG.values():
+        if s.match_kind:
+            best[s.match_kind] = min(best.get(s.match_kind, s.match_rank), s.match_rank)
+    return tuple(sorted(best, key=lambda k: (best[k], k)))
 
 
 def _declared(kind: str) -> list[Candidate]:
     """The candidates the catalog's specs declare for ``kind`` (``NormSpec.match_kind``), by ``match_rank``
-    then name; one per ``match_variants`` entry, named ``"entry (suffix)"``."""
+    then name; one per ``match_variants`` entry ``(suffix, options)``, named ``entry`` followed by each
+    part of the suffix (a str or a tuple of str) in parentheses, or joined as is when it starts with "."
+    ("fused_add_rms_norm.llama"). The options ``convention`` (default: the entry's name), ``placement``
+    (default "inside") and ``folded`` (default False) are the candidate's fields; all options go to
+    ``match_run``."""
     from ..norms import CATALOG
 
     specs = sorted((s for s in CATALOG.values() if s.match_kind == kind), key=lambda s: (s.match_rank, s.name))
@@ -289,20 +229,22 @@ def _declared(kind: str) -> list[Candidate]:
         if s.match_run is None:
             raise ValueError(f"catalog entry {s.name!r} declares match_kind {kind!r} but no match_run")
         for suffix, opts in (s.match_variants or (("", {}),)):
-            name = f"{s.name} ({suffix})" if suffix else s.name
-            out.append(Candidate(name, s.name, s.name, options=tuple(sorted(opts.items())),
-                                 description=s.match_description or s.title))
+            parts = (suffix,) if isinstance(suffix, str) else tuple(suffix)
+            name = s.name + "".join(x if x.startswith(".") else f" ({x})" for x in parts if x)
+            conv = opts.get("convention", s.name)
+            out.append(Candidate(name, s.name, conv, opts.get("placement", "inside"), bool(opts.get("folded", False)),
+                                 options=tuple(sorted(opts.items())),
+                                 description=_entry_sentence(s, conv) or s.title))
     return out
 
 
 def candidate_list(kind: str) -> list[Candidate]:
-    """The candidates of a kind, in preference order: the entries whose modules predate the match fields
-    (the families first, then the core orders), then every entry that declares ``match_kind == kind``."""
+    """The candidates of a kind, in preference order: every entry that declares ``match_kind == kind``, by
+    ``match_rank`` (the families' orders first, then the core orders, then the rest)."""
     known = kinds()
     if kind not in known:
         raise ValueError(f"unknown kind {kind!r}; expected one of {', '.join(known)}")
-    undeclared = _undeclared(kind) if kind in _UNDECLARED_KINDS else []
-    return undeclared + _declared(kind)
+    return _declared(kind)
 
 
 def candidates(kind: str) -> dict[str, Callable[[Probe], torch.Tensor]]:

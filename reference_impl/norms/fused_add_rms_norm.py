@@ -71,7 +71,8 @@ def fused_add_rms_norm(x, residual, weight=None, eps=1e-6, *, convention="llama"
 
 
 # ------------------------------------------------------------------ the catalog entry
-from .spec import BadInput, Impl, NormSpec, common_bad, gain, randn
+from .rms_norm import MATCH_SENTENCES, match_gain
+from .spec import BadInput, Impl, NormSpec, NotApplicable, common_bad, gain, randn
 
 u = _tol.unit_roundoff
 
@@ -123,6 +124,17 @@ def _mismatch(inputs, params):
     return {**inputs, "residual": inputs["residual"][..., :-1]}, params
 
 
+def _match_run(p, convention, folded=False):
+    if p.residual is None:
+        raise NotApplicable("no residual")
+    return fused_add_rms_norm(p.x, p.residual, match_gain(p, convention, folded), p.eps, convention=convention)
+
+
+# matching candidates "fused_add_rms_norm.<order>" (and "... (1 + w folded)"), in the RMS entries' preference order
+_MATCH_VARIANTS = tuple(v for c in MATCH_SENTENCES for v in
+                        ((("." + c,), {"convention": c}),)
+                        + (() if c == "gemma" else ((("." + c, "1 + w folded"), {"convention": c, "folded": True}),)))
+
 SPECS = (NormSpec(
     name="fused_add_rms_norm", title="Residual add fused with RMSNorm (llama order)",
     source="transformers decoder layers (hidden_states = residual + hidden_states, then the next norm)",
@@ -134,4 +146,6 @@ SPECS = (NormSpec(
                      "Triton": Impl(_native("triton"), "cuda", bound=_native_bound)},
     grads=("x", "residual", "weight"), float64_exact=False, grad_twin=_twin,
     bad_inputs=common_bad(("weight",)) + (BadInput("residual of another shape", _mismatch, ValueError, "residual"),),
+    match_kind="fused_add_rms", match_run=_match_run, match_variants=_MATCH_VARIANTS, match_rank=4,
+    match_description=MATCH_SENTENCES,
 ),)

@@ -75,6 +75,8 @@ SPECS = (
         reference=l2_norm, oracle=_l2_oracle, make_inputs=_inputs, params={"eps": 1e-12},
         bound=lambda i, p: rms_like(_l2_oracle(i["x"].double().numpy(), **p), i["x"].shape[-1], i["x"].dtype),
         families=("nGPT",), bad_inputs=common_bad(()),
+        match_kind="l2", match_run=lambda p: l2_norm(p.x, eps=p.eps), match_rank=4,
+        match_description="divides by the Euclidean length, max(||x||, eps): nGPT's L2 normalization",
     ),
     NormSpec(
         name="llama4_l2_norm", title="Llama4TextL2Norm: unit RMS, no gain (Llama 4's QK-norm)",
@@ -84,5 +86,7 @@ SPECS = (
                                     compute=torch.float32),
         conventions=("llama", "no gain"), families=("Llama 4",), float64_exact=False, grad_twin=_l4_twin,
         bad_inputs=common_bad(()),
+        match_kind="l2", match_run=lambda p: llama4_l2_norm(p.x, eps=p.eps), match_rank=3,
+        match_description="divides by the RMS in float32 without a gain: Llama 4's L2Norm",
     ),
 )

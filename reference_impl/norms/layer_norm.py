@@ -247,6 +247,20 @@ def _native(name):
     return run
 
 
+# how reference_impl.check.matching compares a module with these entries: what each order does, and its
+# preference among the layer candidates (the first equal wins)
+_MATCH = {
+    "neox": (2, "computes as torch.nn.LayerNorm's kernel does (float32 statistics, one rounding)"),
+    "cohere": (3, "computes two-pass float32 statistics, applies the gain in float32, then rounds once: "
+                  "Cohere's order"),
+    "reference": (4, "computes in float32 (float64 for float64 input) with the gain in it, then rounds once"),
+}
+
+
+def _match_run(p, convention):
+    return _reference(p.x, p.weight, p.bias, p.eps, convention)
+
+
 def _spec(convention):
     name = "layer_norm" if convention == "reference" else f"layer_norm.{convention}"
     titles = {"reference": "LayerNorm, the core order (two-pass statistics)",
@@ -267,6 +281,8 @@ def _spec(convention):
         families=families[convention], implementations=impls, grads=("x", "weight", "bias"),
         float64_exact=convention != "cohere", grad_twin=_twin if convention == "cohere" else None,
         bad_inputs=common_bad(("weight", "bias")),
+        match_kind="layer", match_run=_match_run, match_variants=(("", {"convention": convention}),),
+        match_rank=_MATCH[convention][0], match_description=_MATCH[convention][1],
     )
 
 

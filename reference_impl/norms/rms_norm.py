@@ -20,7 +20,7 @@ from .. import shared as _sh
 from .. import tolerances as _tol
 from .._checks import check_grad, check_norm_args, compute_dtype, functorch_active
 from ..shared import row_mean, rows
-from .spec import Impl, NormSpec, common_bad, gain, randn
+from .spec import Impl, NormSpec, NotApplicable, common_bad, gain, randn
 
 
 # ------------------------------------------------------------------ the core reference
@@ -307,6 +307,55 @@ _SOURCES = {
 }
 
 
+# how reference_impl.check.matching compares a module with these entries: what each casting order does (eps
+# placement and the gain are added by the matching's describe()), in preference order (the first equal wins)
+MATCH_SENTENCES = {
+    "llama": "rounds before the gain: Llama's order (normalize in float32, round to x's dtype, then multiply "
+             "by the gain)",
+    "gemma": "applies (1 + w) in float32, then rounds once: Gemma's order",
+    "t5": "scales the input in float32 and rounds to a half weight's dtype before the gain: T5's order",
+    "olmo2": "applies the gain in float32, then rounds once: OLMo 2's order",
+    "torch": "computes in float32 with the gain in float32, then rounds once: torch.nn.RMSNorm's order",
+    "reference": "computes in float32 (float64 for float64 input) with the gain in it, then rounds once",
+}
+
+
+def match_gain(p, convention, folded=False):
+    """The weight a casting order gets for a matching probe ``p``: its stored weight, or for a ``"1+w"``
+    probe under a non-Gemma order the gain ``1 + w`` in float32 (rounded to the weight's dtype when
+    ``folded``). Raises :class:`~reference_impl.norms.spec.NotApplicable` where the order does not apply."""
+    if folded and p.gain != "1+w":
+        raise NotApplicable("only a (1 + w) gain can be folded")
+    if p.gain == "none" or p.weight is None:
+        return None
+    if convention == "gemma":
+        if p.gain != "1+w":
+            raise NotApplicable("Gemma's order stores an offset from one")
+        return p.weight
+    if p.gain == "1+w":  # another order applied to the gain 1 + w
+        g = 1.0 + p.weight.float()
+        return g.to(p.weight.dtype) if folded else g
+    return p.weight
+
+
+def _match_run(p, convention, placement="inside", folded=False):
+    return convention_rms_norm(p.x, match_gain(p, convention, folded), p.eps, convention=convention,
+                               eps_placement=placement)
+
+
+def _match_variants(convention, placement):
+    """The matching candidates of an entry: each eps placement it owns, then the gain 1 + w folded."""
+    if placement == "outside":  # rms_norm.eps_outside: the core order with eps outside, no folded twin
+        return (("", {"convention": convention, "placement": "outside"}),)
+    out = []
+    for pl in ("inside",) if convention == "reference" else _sh.EPS_PLACEMENTS:
+        shown = ("eps outside",) if pl == "outside" else ()
+        out.append((shown, {"convention": convention, "placement": pl}))
+        if convention != "gemma":
+            out.append((shown + ("1 + w folded",), {"convention": convention, "placement": pl, "folded": True}))
+    return tuple(out)
+
+
 def _spec(convention, placement="inside"):
     name = "rms_norm" if convention == "reference" else f"rms_norm.{convention}"
     title, source = _TITLES[convention], _SOURCES[convention]
@@ -324,6 +373,8 @@ def _spec(convention, placement="inside"):
         if placement == "inside" else {},
         grads=("x", "weight"), float64_exact=exact, grad_twin=None if exact else _twin,
         bad_inputs=common_bad(("weight",)),
+        match_kind="rms", match_run=_match_run, match_variants=_match_variants(convention, placement),
+        match_rank=list(MATCH_SENTENCES).index(convention) + 1 + (placement == "outside"), match_description=MATCH_SENTENCES[convention],
     )
 
 

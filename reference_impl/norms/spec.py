@@ -76,9 +76,12 @@ class NormSpec:
     # how reference_impl.check.matching compares a module with this entry (None: not a matching candidate)
     match_kind: str | None = None                 # "rms", "layer", "l2", "fused_add_rms", "gated_rms", ...
     match_run: Callable | None = None             # match_run(probe, **variant options) -> Tensor
-    match_variants: tuple = ()                    # (suffix, options): one candidate "name (suffix)" each
+    # (suffix, options): one candidate "name (suffix)" each; a tuple suffix adds one "(part)" per part, a
+    # part starting with "." is joined as is; options "convention", "placement", "folded" set the candidate's
+    # fields (defaults: the entry's name, "inside", False); every option goes to match_run
+    match_variants: tuple = ()
     match_rank: int = 100                         # preference among the candidates of a kind (low first)
-    match_description: str = ""                   # a sentence saying what a matched module computes
+    match_description: Any = ""                   # what a matched module computes: a sentence, or {convention: sentence}
 
     def sample(self, shape, dtype, seed=0) -> dict:
         g = torch.Generator().manual_seed(seed)
