@@ -374,7 +374,8 @@ def _spec(convention, placement="inside"):
         grads=("x", "weight"), float64_exact=exact, grad_twin=None if exact else _twin,
         bad_inputs=common_bad(("weight",)),
         match_kind="rms", match_run=_match_run, match_variants=_match_variants(convention, placement),
-        match_rank=list(MATCH_SENTENCES).index(convention) + 1 + (placement == "outside"), match_description=MATCH_SENTENCES[convention],
+        match_rank=list(MATCH_SENTENCES).index(convention) + 1 + (placement == "outside"),
+        match_description=MATCH_SENTENCES[convention],
     )
 
 

@@ -81,7 +81,8 @@ class NormSpec:
     # fields (defaults: the entry's name, "inside", False); every option goes to match_run
     match_variants: tuple = ()
     match_rank: int = 100                         # preference among the candidates of a kind (low first)
-    match_description: Any = ""                   # what a matched module computes: a sentence, or {convention: sentence}
+    match_description: Any = ""                   # a sentence saying what a matched module computes,
+    #                                               or {convention: sentence} for an entry of several orders
 
     def sample(self, shape, dtype, seed=0) -> dict:
         g = torch.Generator().manual_seed(seed)
