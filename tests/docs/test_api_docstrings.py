@@ -28,14 +28,16 @@ KNOWN_SLIPS: dict[str, str] = {}
 def _directives() -> list[tuple[str, list[str] | None]]:
     """(module, members or None) for every ``::: module`` line of the API page."""
     out, lines = [], API.read_text().splitlines()
-    for i, line in enumerate(lines):
+    for i, raw in enumerate(lines):
+        line = raw.lstrip()
+        indent = len(raw) - len(line)  # a directive may sit inside a folded block
         if line.startswith("::: "):
             members = None
             block = []
             for nxt in lines[i + 1:]:
-                if nxt and not nxt.startswith(" "):
+                if nxt.strip() and len(nxt) - len(nxt.lstrip()) <= indent:
                     break
-                block.append(nxt)
+                block.append(nxt[indent:])
             if block:
                 opts = yaml.safe_load("\n".join(block)) or {}
                 members = (opts.get("options") or {}).get("members")
@@ -48,8 +50,10 @@ def _docstrings() -> dict[str, str]:
     for name, members in _directives():
         module = importlib.import_module(name)
         docs[name] = inspect.getdoc(module) or ""
+        public = getattr(module, "__all__", None)  # a module that re-exports names lists them in __all__
         names = members or [n for n, v in vars(module).items() if not n.startswith("_")
-                            and (inspect.isfunction(v) or inspect.isclass(v)) and v.__module__ == name]
+                            and (inspect.isfunction(v) or inspect.isclass(v))
+                            and (v.__module__ == name or (public is not None and n in public))]
         for n in names:
             obj = getattr(module, n)
             docs[f"{name}.{n}"] = inspect.getdoc(obj) or ""
