@@ -152,79 +152,67 @@ def _twin_before(x, weight, gate, eps, groups):
     return _before_gate(x, weight, gate, eps, groups, torch.float64)
 
 
-# ------------------------------------------------------------------ matching (reference_impl.check.matching)
+# ------------------------------------------------------------------ the entries
 
-def _match_after(fn):
-    def run(p, activation):
+def _match(fn, **fixed):
+    """``match_run(probe, **variant options)``: ``fn`` on the probe's x, gain, gate and eps, with ``fixed``
+    and the variant's options as keywords (reference_impl.check.matching)."""
+    def run(p, **options):
         if p.gate is None:
             raise NotApplicable("no gate")
         if p.weight is None or p.gain != "w":
             raise NotApplicable("the gated norms store the gain itself")
-        return fn(p.x, p.weight, p.gate, p.eps, activation)
+        return fn(p.x, p.weight, p.gate, p.eps, **fixed, **options)
     return run
 
 
-def _match_before(p):
-    if p.gate is None:
-        raise NotApplicable("no gate")
-    if p.weight is None or p.gain != "w":
-        raise NotApplicable("the gated norms store the gain itself")
-    return mamba2_gated_rms_norm(p.x, p.weight, p.gate, p.eps, 1)
-
-
-_ACT_VARIANTS = tuple((a, {"activation": a}) for a in ACTIVATIONS)
 _BAD = common_bad(("weight",)) + (
     BadInput("gate of another shape", replace_input("gate", lambda z: z[..., :1]), ValueError, "gate has shape"),
     BadInput("gate not a tensor", replace_input("gate", lambda z: z.tolist()), TypeError, "torch.Tensor"),
     BadInput("no weight", replace_input("weight", None), TypeError, "always have a gain"),
 )
+# what the gate's placement decides: the oracle, the features one RMS spans, the parameter a bad call gets
+# wrong, and the matching variants (one per activation where the activation is a parameter)
+_AFTER = dict(oracle=_oracle_after, group_of=lambda d, p: d,
+              bad=BadInput("unknown activation", set_param("activation", "gelu"), ValueError, "activation"),
+              variants=tuple((a, {"activation": a}) for a in ACTIVATIONS))
+_BEFORE = dict(oracle=_oracle_before, group_of=lambda d, p: d // p["groups"],
+               bad=BadInput("groups not dividing d", set_param("groups", 4), ValueError, "not divisible"),
+               variants=())
+
+
+def _entry(name, title, source, reference, gate, *, params, twin, conventions, rank, says, families=(),
+           match_fixed=None):
+    """One gated entry from what sets it apart: its name, title and citation, its reference, the gate's
+    placement (``_AFTER`` or ``_BEFORE``), its parameters, float64 twin, conventions, rank among the matching
+    candidates and the sentence matching says of it. Inputs, gradients, bad calls and page are shared."""
+    return NormSpec(
+        name=name, title=title, source=source, reference=reference, oracle=gate["oracle"],
+        bound=_bound(gate["oracle"], gate["group_of"]), make_inputs=_inputs, params=params,
+        conventions=conventions, families=families, grads=("x", "weight", "gate"), float64_exact=False,
+        grad_twin=twin, bad_inputs=_BAD + (gate["bad"],), page=PAGE, match_kind="gated_rms",
+        match_run=_match(reference, **(match_fixed or {})), match_variants=gate["variants"], match_rank=rank,
+        match_description=says,
+    )
+
 
 SPECS = (
-    NormSpec(
-        name="gated_rms_norm.qwen3_next",
-        title="Gated RMSNorm, gate after the norm, rounded before the gain (Qwen3-Next)",
-        source=_T.format("qwen3_next", "Qwen3NextRMSNormGated"),
-        reference=qwen3_next_gated_rms_norm, oracle=_oracle_after,
-        bound=_bound(_oracle_after, lambda d, p: d), make_inputs=_inputs,
-        params={"eps": 1e-6, "activation": "silu"}, conventions=("rounded before the gain", "gate after"),
-        families=("Qwen3-Next",), grads=("x", "weight", "gate"), float64_exact=False,
-        grad_twin=_twin_after(True),
-        bad_inputs=_BAD + (BadInput("unknown activation", set_param("activation", "gelu"), ValueError,
-                                    "activation"),),
-        page=PAGE, match_kind="gated_rms", match_run=_match_after(qwen3_next_gated_rms_norm),
-        match_variants=_ACT_VARIANTS, match_rank=10,
-        match_description="normalizes in float32, rounds to x's dtype, multiplies by the gain and by the gate's "
-                          "activation in float32, then rounds once: Qwen3-Next's gated order",
-    ),
-    NormSpec(
-        name="gated_rms_norm.kimi_linear",
-        title="Gated RMSNorm, gate after the norm, all in float32 (Kimi-Linear)",
-        source=_T.format("kimi_linear", "KimiLinearRMSNormGated"),
-        reference=kimi_linear_gated_rms_norm, oracle=_oracle_after,
-        bound=_bound(_oracle_after, lambda d, p: d), make_inputs=_inputs,
-        params={"eps": 1e-6, "activation": "sigmoid"}, conventions=("float32 gain", "gate after"),
-        grads=("x", "weight", "gate"), float64_exact=False,
-        grad_twin=_twin_after(False),
-        bad_inputs=_BAD + (BadInput("unknown activation", set_param("activation", "gelu"), ValueError,
-                                    "activation"),),
-        page=PAGE, match_kind="gated_rms", match_run=_match_after(kimi_linear_gated_rms_norm),
-        match_variants=_ACT_VARIANTS, match_rank=11,
-        match_description="normalizes, multiplies by the float32 gain and by the gate's activation, all in "
-                          "float32, then rounds once: Kimi-Linear's gated order",
-    ),
-    NormSpec(
-        name="gated_rms_norm.mamba2",
-        title="Gated RMSNorm, gate before the norm, one RMS per group (Mamba-2)",
-        source=_T.format("mamba2", "MambaRMSNormGated") + "; Dao and Gu, arXiv:2405.21060",
-        reference=mamba2_gated_rms_norm, oracle=_oracle_before,
-        bound=_bound(_oracle_before, lambda d, p: d // p["groups"]), make_inputs=_inputs,
-        params={"eps": 1e-6, "groups": 1}, conventions=("rounded before the gain", "gate before"),
-        families=("Mamba-2",),
-        grads=("x", "weight", "gate"), float64_exact=False, grad_twin=_twin_before,
-        bad_inputs=_BAD + (BadInput("groups not dividing d", set_param("groups", 4), ValueError,
-                                    "not divisible"),),
-        page=PAGE, match_kind="gated_rms", match_run=lambda p: _match_before(p), match_rank=12,
-        match_description="multiplies x by silu(gate) in float32, normalizes, rounds to x's dtype, then "
-                          "multiplies by the gain: Mamba-2's order, the gate before the normalization",
-    ),
+    _entry("gated_rms_norm.qwen3_next", "Gated RMSNorm, gate after the norm, rounded before the gain (Qwen3-Next)",
+           _T.format("qwen3_next", "Qwen3NextRMSNormGated"), qwen3_next_gated_rms_norm, _AFTER,
+           params={"eps": 1e-6, "activation": "silu"}, twin=_twin_after(True),
+           conventions=("rounded before the gain", "gate after"), families=("Qwen3-Next",), rank=10,
+           says="normalizes in float32, rounds to x's dtype, multiplies by the gain and by the gate's activation "
+                "in float32, then rounds once: Qwen3-Next's gated order"),
+    _entry("gated_rms_norm.kimi_linear", "Gated RMSNorm, gate after the norm, all in float32 (Kimi-Linear)",
+           _T.format("kimi_linear", "KimiLinearRMSNormGated"), kimi_linear_gated_rms_norm, _AFTER,
+           params={"eps": 1e-6, "activation": "sigmoid"}, twin=_twin_after(False),
+           conventions=("float32 gain", "gate after"), rank=11,
+           says="normalizes, multiplies by the float32 gain and by the gate's activation, all in float32, then "
+                "rounds once: Kimi-Linear's gated order"),
+    _entry("gated_rms_norm.mamba2", "Gated RMSNorm, gate before the norm, one RMS per group (Mamba-2)",
+           _T.format("mamba2", "MambaRMSNormGated") + "; Dao and Gu, arXiv:2405.21060", mamba2_gated_rms_norm,
+           _BEFORE, params={"eps": 1e-6, "groups": 1}, twin=_twin_before,
+           conventions=("rounded before the gain", "gate before"), families=("Mamba-2",), rank=12,
+           says="multiplies x by silu(gate) in float32, normalizes, rounds to x's dtype, then multiplies by the "
+                "gain: Mamba-2's order, the gate before the normalization", match_fixed={"groups": 1}),
 )
