@@ -169,13 +169,16 @@ SECOND_FILE_MODULES = {
 DISCOVERING_PACKAGES = ("reference_impl/norms",)
 
 
-def python_closure(*entries: str, root: Path = REPO, exclude=("reference_impl/provenance.py",)) -> list[str]:
+def python_closure(*entries: str, root: Path = REPO, exclude=("reference_impl/provenance.py",),
+                   discover: bool = True) -> list[str]:
     """The given repository-relative Python files and every module of the repository they import,
     directly or not (relative and absolute ``reference_impl`` imports; imports inside functions too).
     Package ``__init__`` files are left out (they only re-export), except that importing a package of
     :data:`DISCOVERING_PACKAGES` adds every module in it. Native sources loaded at run time are
     not imports: list them yourself. Modules an entry imports only for a second data file
-    (:data:`SECOND_FILE_MODULES`) are left out of that entry's closure."""
+    (:data:`SECOND_FILE_MODULES`) are left out of that entry's closure. ``discover=False`` does not expand
+    the discovering packages (for a study that lists the catalog modules it uses itself, through
+    :func:`reference_impl.norms.layer_sources`)."""
     exclude = tuple(exclude) + tuple(m for e in entries for m in SECOND_FILE_MODULES.get(e, ()))
     seen: list[str] = []
     todo = list(entries)
@@ -200,10 +203,15 @@ def python_closure(*entries: str, root: Path = REPO, exclude=("reference_impl/pr
                 cand = Path(*parts).with_suffix(".py")
                 if (root / cand).is_file():
                     todo.append(cand.as_posix())
-                elif Path(*parts).as_posix() in DISCOVERING_PACKAGES:
+                elif discover and Path(*parts).as_posix() in DISCOVERING_PACKAGES:
                     todo.extend(m.relative_to(root).as_posix() for m in sorted((root / Path(*parts)).glob("*.py"))
                                 if m.name != "__init__.py")
     return sorted(seen)
+
+
+def relative(path, root: Path = REPO) -> str:
+    """A file's path relative to the repository, with forward slashes (as ``sources`` lists it)."""
+    return Path(path).resolve().relative_to(root.resolve()).as_posix()
 
 
 def source_hash(sources, hashed_settings=(), root: Path = REPO) -> str:

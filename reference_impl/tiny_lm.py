@@ -2,8 +2,11 @@
 
 Plain PyTorch: token and learned position embeddings, causal multi-head attention
 (``scaled_dot_product_attention``), a SwiGLU MLP as in Llama, no biases in the linear layers, an untied
-LM head. The norm is ``torch.nn.RMSNorm`` or ``torch.nn.LayerNorm`` (the modules people run), or the
-identity (only for timing what the norms cost). Placements, for a sub-layer F (attention or MLP):
+LM head. ``norm`` names a layer of the norm catalog (:func:`reference_impl.norms.model_layers`): ``rms`` is
+``torch.nn.RMSNorm`` and ``ln`` ``torch.nn.LayerNorm`` (the modules people run), ``dyt`` and ``derf`` the
+point-wise functions DyT (arXiv:2503.10622) and Derf (arXiv:2512.10938) in every place a norm would be; a
+catalog entry that declares a ``Layer`` is available here with no edit to this module. ``identity`` (no
+norm) exists only for timing what the norms cost. Placements, for a sub-layer F (attention or MLP):
 
 - ``pre``:  h = h + F(Norm(h)), and a final norm before the head (GPT-2, Llama);
 - ``post``: h = Norm(h + F(h)), no final norm (the original Transformer, arXiv:1706.03762);
@@ -19,9 +22,8 @@ identity (only for timing what the norms cost). Placements, for a sub-layer F (a
 - ``mixln``: Post-LN in the first ``round(mix_post_fraction * L)`` blocks, Pre-LN in the others, a final norm
   (Mix-LN, arXiv:2412.13795).
 
-``norm`` may also be ``dyt`` or ``derf``: the point-wise functions DyT (arXiv:2503.10622) and Derf
-(arXiv:2512.10938) in every place a norm would be. ``qk_norm`` ("rms" or "ln") normalizes each head's query
-and key over the head dimension before the dot product (QK-norm, arXiv:2302.05442).
+``qk_norm`` (a catalog layer with statistics: "rms" or "ln") normalizes each head's query and key over the
+head dimension before the dot product (QK-norm, arXiv:2302.05442); "none" leaves them.
 """
 from __future__ import annotations
 
@@ -33,9 +35,29 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-NORMS = ("rms", "ln", "identity", "dyt", "derf")
+from .norms import layer_sources, model_layers
+
 PLACEMENTS = ("pre", "post", "out", "sandwich", "peri", "deepnorm", "mixln")
-QK_NORMS = ("none", "rms", "ln")
+NO_NORM = "identity"                                         # only for timing what the norms cost
+QK_LAYERS = ("rms", "ln")                                    # QK-norm takes a norm with statistics
+
+
+def norm_names() -> tuple[str, ...]:
+    """Every value ``norm`` accepts: the catalog's layers (their short names), then ``identity``."""
+    return tuple(model_layers()) + (NO_NORM,)
+
+
+def qk_norm_names() -> tuple[str, ...]:
+    """Every value ``qk_norm`` accepts: ``none``, or a catalog layer with statistics."""
+    return ("none",) + tuple(s for s in QK_LAYERS if s in model_layers())
+
+
+def sources(*entries: str) -> list[str]:
+    """The files behind a study of this model: the entries' imports (the catalog package not expanded) and
+    the catalog modules of the layers this model can build (:func:`reference_impl.norms.layer_sources`)."""
+    from .provenance import python_closure
+    return sorted(set(python_closure("reference_impl/tiny_lm.py", *entries, discover=False))
+                  | set(layer_sources(model_layers())))
 FINAL_NORM = ("pre", "out", "sandwich", "peri", "mixln")     # placements whose stream leaves un-normalized
 
 
@@ -64,16 +86,17 @@ class TinyLMConfig:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
         if self.d % self.heads:
             raise ValueError(f"d={self.d} is not a multiple of heads={self.heads}")
-        if self.norm not in NORMS:
-            raise ValueError(f"norm must be one of {NORMS}, got {self.norm!r}")
+        if self.norm not in norm_names():
+            raise ValueError(f"norm must be one of {norm_names()} (the catalog's layers and identity), "
+                             f"got {self.norm!r}")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, got {self.placement!r}")
         if not (isinstance(self.eps, (int, float)) and math.isfinite(self.eps) and self.eps >= 0):
             raise ValueError(f"eps must be a finite number >= 0, got {self.eps!r}")
         if not (isinstance(self.gain_init, (int, float)) and math.isfinite(self.gain_init)):
             raise ValueError(f"gain_init must be a finite number, got {self.gain_init!r}")
-        if self.qk_norm not in QK_NORMS:
-            raise ValueError(f"qk_norm must be one of {QK_NORMS}, got {self.qk_norm!r}")
+        if self.qk_norm not in qk_norm_names():
+            raise ValueError(f"qk_norm must be one of {qk_norm_names()}, got {self.qk_norm!r}")
         f = self.mix_post_fraction
         if not (isinstance(f, (int, float)) and not isinstance(f, bool) and 0 <= f <= 1):
             raise ValueError(f"mix_post_fraction must be a number in [0, 1], got {f!r}")
@@ -96,16 +119,9 @@ class TinyLMConfig:
 def make_norm(cfg: TinyLMConfig, d: int | None = None, kind: str | None = None) -> nn.Module:
     """The norm of ``cfg`` (or ``kind``) over ``d`` features (default ``cfg.d``), its gain at ``gain_init``."""
     d, kind = d or cfg.d, kind or cfg.norm
-    if kind == "identity":
+    if kind == NO_NORM:
         return nn.Identity()
-    if kind == "dyt":
-        from .norms.dyt import DyT
-        norm = DyT(d)
-    elif kind == "derf":
-        from .norms.derf import Derf
-        norm = Derf(d)
-    else:
-        norm = nn.RMSNorm(d, eps=cfg.eps) if kind == "rms" else nn.LayerNorm(d, eps=cfg.eps)
+    norm = model_layers()[kind].layer.build(d, cfg.eps)
     if getattr(norm, "weight", None) is not None:
         with torch.no_grad():
             norm.weight.fill_(cfg.gain_init)

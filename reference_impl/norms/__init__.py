@@ -14,7 +14,7 @@ from functools import lru_cache
 
 from .derf import Derf, derf
 from .dyt import DyT, dyt
-from .spec import BadInput, Impl, NormSpec
+from .spec import BadInput, Impl, Layer, NormSpec
 
 # tests that iterate over the catalog and guard each spec's ids (site_hooks/guards.py reads this)
 GENERIC_TESTS = (
@@ -24,15 +24,60 @@ GENERIC_TESTS = (
 
 
 @lru_cache(maxsize=1)
-def _catalog() -> dict:
-    specs = {}
+def _catalog_and_homes() -> tuple[dict, dict]:
+    specs, homes = {}, {}
     for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
         module = importlib.import_module(f"{__name__}.{info.name}")
         for spec in getattr(module, "SPECS", ()):
             if spec.name in specs:
                 raise ValueError(f"norm {spec.name!r} is declared twice (in {module.__name__} and before)")
-            specs[spec.name] = spec
-    return specs
+            specs[spec.name], homes[spec.name] = spec, module
+    return specs, homes
+
+
+def _catalog() -> dict:
+    return _catalog_and_homes()[0]
+
+
+def declared_in(name: str):
+    """The catalog module that declares entry ``name`` (a module object)."""
+    CATALOG[name]                     # the catalog's own error for an unknown name
+    return _catalog_and_homes()[1][name]
+
+
+def model_layers() -> dict[str, NormSpec]:
+    """short name -> spec, for every entry that declares a :class:`Layer` (the norms a model configuration,
+    such as the tiny decoder's ``norm="rms"``, can name). Two entries claiming one short name is an error."""
+    out: dict[str, NormSpec] = {}
+    for spec in CATALOG.values():
+        if spec.layer is None:
+            continue
+        if spec.layer.short in out:
+            raise ValueError(f"layer short name {spec.layer.short!r} is declared by both "
+                             f"{out[spec.layer.short].name!r} and {spec.name!r}")
+        out[spec.layer.short] = spec
+    return out
+
+
+def layer_sources(shorts) -> list[str]:
+    """The repository files whose code decides what the layers ``shorts`` compute: the module declaring each
+    entry (its ``Layer`` and ``build``) and the module defining the class ``build`` returns when it is ours
+    (with what that module imports, the catalog package not expanded). A study that trains with these layers
+    lists these, not every catalog module: an edit to another norm cannot change its numbers."""
+    import inspect
+
+    from .. import provenance as pv
+
+    layers, files = model_layers(), set()
+    for short in shorts:
+        if short not in layers:
+            raise KeyError(f"no catalog layer {short!r}; the catalog has: {', '.join(sorted(layers))}")
+        spec = layers[short]
+        files.add(pv.relative(inspect.getsourcefile(declared_in(spec.name))))
+        built = type(spec.layer.build(2, 1e-5))
+        if built.__module__.split(".")[0] == "reference_impl":
+            files.update(pv.python_closure(pv.relative(inspect.getsourcefile(built)), discover=False))
+    return sorted(files)
 
 
 class Catalog(Mapping):
@@ -72,5 +117,5 @@ def catalog_formulas():
     return out
 
 
-__all__ = ["CATALOG", "Catalog", "NormSpec", "Impl", "BadInput", "catalog_guards", "catalog_formulas", "dyt", "DyT",
+__all__ = ["CATALOG", "Catalog", "NormSpec", "Impl", "BadInput", "Layer", "model_layers", "layer_sources", "declared_in", "catalog_guards", "catalog_formulas", "dyt", "DyT",
            "derf", "Derf"]

@@ -10,8 +10,8 @@ import sympy as sp
 
 from .. import symbolic as S
 from . import pointwise as P
-from .derf import derf
-from .spec import NormSpec
+from .derf import Derf, derf
+from .spec import Layer, NormSpec
 
 
 def _oracle(x, alpha, shift, weight, bias):
@@ -41,6 +41,11 @@ def formulas():
     ]
 
 
+def _layer(width, eps):
+    """A Derf layer over ``width`` features at its paper's initial values (no statistics: ``eps`` unused)."""
+    return Derf(width)
+
+
 SPECS = (NormSpec(
     name="derf", title="Derf: weight * erf(alpha x + shift) + bias, no statistics",
     source="Chen, Lu, Zhu, Sun and Liu, Stronger Normalization-Free Transformers, arXiv:2512.10938",
@@ -49,4 +54,5 @@ SPECS = (NormSpec(
     formulas=("derf.forward", "derf.vjp_x", "derf.vjp_alpha", "derf.vjp_shift", "derf.vjp_weight", "derf.vjp_bias"),
     build_formulas=formulas, grads=("x", "alpha", "shift", "weight", "bias"),
     bad_inputs=P.bad_inputs(("alpha", "shift")),
+    layer=Layer("derf", _layer),
 ),)

@@ -10,8 +10,8 @@ import sympy as sp
 
 from .. import symbolic as S
 from . import pointwise as P
-from .dyt import dyt
-from .spec import NormSpec
+from .dyt import DyT, dyt
+from .spec import Layer, NormSpec
 
 
 def _oracle(x, alpha, weight, bias):
@@ -37,10 +37,16 @@ def formulas():
     ]
 
 
+def _layer(width, eps):
+    """A DyT layer over ``width`` features at its paper's initial values (no statistics: ``eps`` unused)."""
+    return DyT(width)
+
+
 SPECS = (NormSpec(
     name="dyt", title="DyT: weight * tanh(alpha x) + bias, no statistics",
     source="Zhu, Chen, He, LeCun and Liu, Transformers without Normalization, CVPR 2025, arXiv:2503.10622",
     reference=dyt, oracle=_oracle, bound=P.bound(np.tanh, P.tanh_prime), make_inputs=P.inputs(alpha=0.8),
     formulas=("dyt.forward", "dyt.vjp_x", "dyt.vjp_alpha", "dyt.vjp_weight", "dyt.vjp_bias"),
     build_formulas=formulas, grads=("x", "alpha", "weight", "bias"), bad_inputs=P.bad_inputs(("alpha",)),
+    layer=Layer("dyt", _layer),
 ),)

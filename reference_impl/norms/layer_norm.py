@@ -18,7 +18,7 @@ from .. import shared as _sh
 from .. import tolerances as _tol
 from .._checks import check_eps, check_grad, check_norm_args, compute_dtype, eps_limit, functorch_active
 from ..shared import row_mean, rows
-from .spec import Impl, NormSpec, common_bad, randn
+from .spec import Impl, Layer, NormSpec, common_bad, randn
 
 
 # ------------------------------------------------------------------ the core reference
@@ -261,6 +261,11 @@ def _match_run(p, convention):
     return _reference(p.x, p.weight, p.bias, p.eps, convention)
 
 
+def _torch_layer(width, eps):
+    """torch.nn.LayerNorm over ``width`` features (the neox entry replays it), as a model holds it."""
+    return torch.nn.LayerNorm(width, eps=eps)
+
+
 def _spec(convention):
     name = "layer_norm" if convention == "reference" else f"layer_norm.{convention}"
     titles = {"reference": "LayerNorm, the core order (two-pass statistics)",
@@ -283,6 +288,7 @@ def _spec(convention):
         bad_inputs=common_bad(("weight", "bias")),
         match_kind="layer", match_run=_match_run, match_variants=(("", {"convention": convention}),),
         match_rank=_MATCH[convention][0], match_description=_MATCH[convention][1],
+        layer=Layer("ln", _torch_layer) if convention == "neox" else None,
     )
 
 

@@ -20,7 +20,7 @@ from .. import shared as _sh
 from .. import tolerances as _tol
 from .._checks import check_grad, check_norm_args, compute_dtype, functorch_active
 from ..shared import row_mean, rows
-from .spec import Impl, NormSpec, NotApplicable, common_bad, gain, randn
+from .spec import Impl, Layer, NormSpec, NotApplicable, common_bad, gain, randn
 
 
 # ------------------------------------------------------------------ the core reference
@@ -356,6 +356,11 @@ def _match_variants(convention, placement):
     return tuple(out)
 
 
+def _torch_layer(width, eps):
+    """torch.nn.RMSNorm over ``width`` features: the module this entry replays, as a model holds it."""
+    return torch.nn.RMSNorm(width, eps=eps)
+
+
 def _spec(convention, placement="inside"):
     name = "rms_norm" if convention == "reference" else f"rms_norm.{convention}"
     title, source = _TITLES[convention], _SOURCES[convention]
@@ -376,6 +381,7 @@ def _spec(convention, placement="inside"):
         match_kind="rms", match_run=_match_run, match_variants=_match_variants(convention, placement),
         match_rank=list(MATCH_SENTENCES).index(convention) + 1 + (placement == "outside"),
         match_description=MATCH_SENTENCES[convention],
+        layer=Layer("rms", _torch_layer) if (convention, placement) == ("torch", "inside") else None,
     )
 
 

@@ -23,6 +23,23 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 SHAPES = ((0, 7), (1, 1), (3, 7), (2, 3, 33), (4, 129))
 
 
+@dataclass(frozen=True)
+class Layer:
+    """How a model holds a catalog norm as a layer: ``build(width, eps)`` returns the ``nn.Module`` (its gain
+    at the module's own initial value), and ``short`` is the name a model configuration uses for it (the tiny
+    decoder of the training studies takes ``norm="rms"``). A norm without statistics may ignore ``eps``.
+    Shorts are unique across the catalog; :func:`reference_impl.norms.model_layers` collects them."""
+
+    short: str
+    build: Callable[[int, float], Any]
+
+    def __post_init__(self):
+        if not (isinstance(self.short, str) and self.short.isidentifier() and self.short.islower()):
+            raise ValueError(f"a layer's short name must be a lower-case identifier, got {self.short!r}")
+        if not callable(self.build):
+            raise TypeError(f"layer {self.short!r}: build must be callable (width, eps) -> nn.Module")
+
+
 class NotApplicable(Exception):
     """A matching candidate that does not apply to a probe (skipped there, not counted)."""
 
@@ -73,6 +90,7 @@ class NormSpec:
     bad_inputs: tuple = ()
     once_differentiable: bool = False             # double backward raises instead of computing
     page: str = "norms.md"
+    layer: Layer | None = None                    # the nn.Module a model holds for it (the tiny decoder's norms)
     # how reference_impl.check.matching compares a module with this entry (None: not a matching candidate)
     match_kind: str | None = None                 # "rms", "layer", "l2", "fused_add_rms", "gated_rms", ...
     match_run: Callable | None = None             # match_run(probe, **variant options) -> Tensor

@@ -34,14 +34,14 @@ import torch
 
 from ..provenance import finish, record
 from ..tiny_lm import TinyLM, TinyLMConfig, parameter_count
+from ..tiny_lm import sources as tiny_lm_sources
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "docs" / "data"
 COMMAND = "python -m reference_impl.studies.placements"
 THREADS = 1      # one thread: these tiny matrices gain little from two, and a shared machine hurts two
-# the files whose code changes this study's numbers (the norms it trains with are torch's own modules)
-SOURCES = ["reference_impl/tiny_lm.py", "reference_impl/studies/placements.py",
-           "reference_impl/norms/dyt.py", "reference_impl/norms/derf.py"]
+# the files whose code changes this study's numbers: its imports and the catalog modules of the model's layers
+SOURCES = tiny_lm_sources("reference_impl/studies/placements.py")
 
 # key -> (placement, norm, label): the placements of the study, all with LayerNorm or its replacement
 VARIANTS = {

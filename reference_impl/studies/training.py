@@ -35,7 +35,9 @@ import torch
 
 from .. import equivalence
 from ..provenance import finish, python_closure, record
+from ..norms import model_layers
 from ..tiny_lm import TinyLM, TinyLMConfig, parameter_count, without_norms
+from ..tiny_lm import sources as tiny_lm_sources
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "docs" / "data"
@@ -368,7 +370,7 @@ def dispatched_ops(norm: str, d: int, rows: int) -> dict:
             self.ops.append(func.overloadpacket.__name__)
             return func(*args, **(kwargs or {}))
 
-    module = torch.nn.RMSNorm(d, eps=1e-5) if norm == "rms" else torch.nn.LayerNorm(d, eps=1e-5)
+    module = model_layers()[norm].layer.build(d, 1e-5)        # the tiny decoder's own layer
     x = torch.randn(rows, d, requires_grad=True)
     with Log() as fwd:
         y = module(x)
@@ -526,7 +528,7 @@ def status_text(quick: bool, prov: dict) -> str:
 
 def run(st: Settings, out_dir: Path, plot_dir: Path, equivalence_report: bool = True) -> dict:
     torch.set_num_threads(THREADS)
-    sources = python_closure("reference_impl/studies/training.py")
+    sources = tiny_lm_sources("reference_impl/studies/training.py")
     cmd = COMMAND + (" --quick" if st.quick else "")
     prov = record(cmd, sources, quick=st.quick, packages=("torch", "numpy", "transformers", "matplotlib"),
                   machine_extra={"torch_threads": THREADS})
