@@ -8,14 +8,17 @@ either copyable, or visibly an excerpt; a block without the button and without t
 "Find your model" page shows code in its cards from the JSON record it embeds; each card's code counts as
 a copyable block too.
 
-Each copyable block is written to a file in a temporary folder outside the checkout and run there by a
-fresh interpreter (``python -I``: no ``PYTHONPATH``, no user site, not the script's folder, so only the
-installed packages, torch and transformers among them, can be imported; ``PYTHONPATH`` is removed too).
-It must run, and every function it defines must find all the global names it uses (a function that calls
-a helper the block does not show would run its ``def`` and fail only when called). A block that defines a
-model family's norm (a function named as in ``reference_impl/standalone/``) is called on random inputs
-and compared bit for bit (``torch.equal``, same dtype) with the family's module in the installed
-transformers.
+Each copyable block is written to a file in a temporary folder outside the checkout and run there in a
+process of its own, forked from an interpreter started once with ``python -I`` (no ``PYTHONPATH``, no
+user site, not the script's folder, so only the installed packages, torch and transformers among them,
+can be imported; ``PYTHONPATH`` is removed from its environment too). That interpreter has imported
+torch, numpy and the transformers modules of the families the check compares with, and nothing of the
+block's; each block runs in a fresh child (a fresh namespace, its own folder as working directory, its
+own output, a time limit), so no block sees another's state. It must run, and every function it defines
+must find all the global names it uses (a function that calls a helper the block does not show would run
+its ``def`` and fail only when called). A block that defines a model family's norm (a function named as
+in ``reference_impl/standalone/``) is called on random inputs and compared bit for bit (``torch.equal``,
+same dtype) with the family's module in the installed transformers.
 
 The test of the dotted names is not a site test: every ``reference_impl.x.y`` a page's Markdown names, and
 every `` `module.name` `` in backticks whose module is one of the package's, must exist. It is resolved
@@ -181,18 +184,136 @@ def python_blocks(site: Path):
     return out
 
 
-def run_block(code: str, tmp: Path) -> dict:
-    """Runs one block in a fresh interpreter, outside the checkout; returns the runner's report."""
-    tmp.mkdir(parents=True, exist_ok=True)
-    block, runner = tmp / "block.py", tmp / "runner.py"
-    block.write_text(code)
-    runner.write_text(RUNNER)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    proc = subprocess.run([sys.executable, "-I", str(runner), str(block), str(REPO)], cwd=tmp, env=env,
-                          capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        return {"error": (proc.stderr or proc.stdout)[-3000:]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+BLOCK_TIMEOUT_S = 300
+
+# Started once with ``python -I`` in a temporary folder: imports torch, numpy and the transformers modules
+# of the families (most of a block's start-up time), then for each request line ``{"dir": ..., "block": ..., "repo": ...}`` forks a child that runs RUNNER
+# on the block with the block's folder as working directory and its stdout/stderr in files there, and answers
+# one line ``{"rc": ...}`` (rc None: killed at the time limit). The server itself runs no torch operation, so
+# no thread pool exists when it forks.
+SERVER = r'''
+import json, os, signal, sys, time, traceback
+
+import importlib
+
+import numpy
+import torch
+
+# the transformers modules RUNNER compares the families' functions with (importing one takes seconds); one
+# that does not import here is left to the child, which then reports the error as the block's
+for folder in ("llama", "gemma3", "t5", "olmo2", "cohere", "qwen3", "llama4"):
+    try:
+        importlib.import_module(f"transformers.models.{folder}.modeling_{folder}")
+    except Exception:
+        pass
+
+runner_path = sys.argv[1]
+runner = compile(open(runner_path).read(), runner_path, "exec")
+timeout = float(sys.argv[2])
+
+
+def child(req):
+    os.setpgid(0, 0)
+    os.chdir(req["dir"])
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    for fd, name in ((1, "stdout.txt"), (2, "stderr.txt")):
+        out = os.open(os.path.join(req["dir"], name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(out, fd)
+    sys.stdin = open(0, closefd=False)
+    sys.stdout = open(1, "w", closefd=False)
+    sys.stderr = open(2, "w", closefd=False)
+    sys.argv = [runner_path, req["block"], req["repo"]]
+    rc = 0
+    try:
+        exec(runner, {"__name__": "__main__", "__file__": runner_path})
+    except SystemExit as exc:  # as the interpreter does: an int is the status, anything else is printed
+        if exc.code is None or isinstance(exc.code, int):
+            rc = exc.code or 0
+        else:
+            print(exc.code, file=sys.stderr)
+            rc = 1
+    except BaseException:
+        traceback.print_exc()
+        rc = 1
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(rc)
+
+
+for line in sys.stdin:
+    req = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            child(req)
+        finally:
+            os._exit(70)
+    deadline = time.monotonic() + timeout
+    rc = None
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            rc = os.waitstatus_to_exitcode(status)
+            break
+        if time.monotonic() > deadline:
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            break
+        time.sleep(0.005)
+    try:
+        os.killpg(pid, signal.SIGKILL)  # whatever the block started and left running
+    except ProcessLookupError:
+        pass
+    print(json.dumps({"rc": rc}), flush=True)
+'''
+
+
+class BlockRunner:
+    """The ``python -I`` fork server above, started on first use, in ``tmp`` (outside the checkout)."""
+
+    def __init__(self, tmp: Path):
+        self.tmp = tmp
+        self.proc = None
+
+    def _start(self):
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        (self.tmp / "runner.py").write_text(RUNNER)
+        (self.tmp / "server.py").write_text(SERVER)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+        self.log = open(self.tmp / "server.log", "w")
+        self.proc = subprocess.Popen([sys.executable, "-I", str(self.tmp / "server.py"), str(self.tmp / "runner.py"),
+                                      str(BLOCK_TIMEOUT_S)], cwd=self.tmp, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True)
+
+    def run(self, code: str, folder: Path) -> dict:
+        """Runs one block in a fresh child, in ``folder``; returns the runner's report."""
+        if self.proc is None:
+            self._start()
+        folder.mkdir(parents=True, exist_ok=True)
+        block = folder / "block.py"
+        block.write_text(code)
+        self.proc.stdin.write(json.dumps({"dir": str(folder), "block": str(block), "repo": str(REPO)}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            self.log.flush()
+            raise RuntimeError(f"the block runner stopped:\n{(self.tmp / 'server.log').read_text()[-3000:]}")
+        rc = json.loads(line)["rc"]
+        stdout, stderr = (folder / "stdout.txt").read_text(), (folder / "stderr.txt").read_text()
+        if rc is None:
+            return {"error": f"still running after {BLOCK_TIMEOUT_S} s (killed)\n{(stderr or stdout)[-3000:]}"}
+        if rc != 0:
+            return {"error": (stderr or stdout)[-3000:] or f"exit status {rc}"}
+        return json.loads(stdout.strip().splitlines()[-1])
+
+    def close(self):
+        if self.proc is not None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+            self.log.close()
+            self.proc = None
 
 
 @pytest.fixture(scope="module")
@@ -207,6 +328,14 @@ def built_site() -> Path:
 
 def check_copyable_blocks(site: Path, tmp: Path) -> dict:
     blocks = python_blocks(site)
+    runner = BlockRunner(tmp / "runner")
+    try:
+        return _check_blocks(blocks, runner, tmp)
+    finally:
+        runner.close()
+
+
+def _check_blocks(blocks, runner: BlockRunner, tmp: Path) -> dict:
     failures, excerpts, family = [], [], set()
     for page, i, code, title, copyable in blocks:
         where = f"{page}/ block {i}" + (f" ({title})" if title else "")
@@ -218,7 +347,7 @@ def check_copyable_blocks(site: Path, tmp: Path) -> dict:
         if title.startswith("Excerpt of "):
             failures.append(f"{where}: titled an excerpt but has the copy button")
             continue
-        report = run_block(code, tmp / f"{page.replace('/', '_')}_{i}".replace(" ", "_"))
+        report = runner.run(code, tmp / f"{page.replace('/', '_')}_{i}".replace(" ", "_"))
         if "error" in report:
             failures.append(f"{where}: does not run on its own:\n{report['error']}")
         elif report["unbound"]:
@@ -378,7 +507,8 @@ def test_the_name_check_catches_a_missing_name():
 def test_the_block_check_catches_what_does_not_run(tmp_path):
     """The check itself, on a small built page: a block whose function calls a helper it does not show, an
     uncopyable block that does not say it is an excerpt, and a family function with Llama's order written
-    wrong (gain before the cast) fail; a correct family function and a marked excerpt pass."""
+    wrong (gain before the cast) fail; a correct family function, a marked excerpt, and a block that checks
+    it does not see the state the block before it left (nor its working folder on sys.path) pass."""
     good = "import torch\n\n\ndef llama_rms_norm(x, weight, eps=1e-6):\n    h = x.float()\n" \
            "    h = (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)\n    return weight * h\n"
     wrong = good.replace("(h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)\n    return weight * h",
@@ -391,10 +521,14 @@ def test_the_block_check_catches_what_does_not_run(tmp_path):
 
     page = tmp_path / "site" / "p" / "index.html"
     page.parent.mkdir(parents=True)
+    # one block changes the interpreter's state; the next must not see it (each runs in a fresh process)
+    leak = "import sys, torch\n\ntorch.set_default_dtype(torch.float64)\nsys.modules['leaked'] = sys\n"
+    fresh = "import os, sys, torch\n\nassert torch.get_default_dtype() == torch.float32 and 'leaked' not in sys.modules\n" \
+            "assert os.getcwd() not in sys.path and '' not in sys.path\n"
     page.write_text("<html><body>" + block(good) + block(wrong) + block(helper) + block("x = 1", "no-copy")
-                    + block("y = z", "no-copy", "Excerpt of somewhere.py") + "</body></html>")
+                    + block("y = z", "no-copy", "Excerpt of somewhere.py") + block(leak) + block(fresh) + "</body></html>")
     result = check_copyable_blocks(tmp_path / "site", tmp_path / "runs")
-    assert result["blocks"] == 5 and len(result["excerpts"]) == 2
+    assert result["blocks"] == 7 and len(result["excerpts"]) == 2
     assert result["family"] == ["llama_rms_norm"]
     text = "\n".join(result["failures"])
     assert len(result["failures"]) == 3, text
