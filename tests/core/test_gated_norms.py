@@ -71,24 +71,33 @@ def _module(cls, w, **kw):
     return m
 
 
+def _equal_to_classes(entry, fn, classes, module_kw=lambda shape: {}, skip=lambda name, wd, shape: False) -> int:
+    """Entry ``entry``'s reference and its standalone copy ``fn`` against each of ``classes`` (class name,
+    folder, the fifth argument: activation or groups) over :func:`_cases`, bit for bit; ``module_kw(shape)``
+    the class's extra keywords, ``skip`` the cases a class does not take. Returns how many cases ran."""
+    spec, n = CATALOG[entry], 0
+    for name, folder, arg in classes:
+        cls = _cls(folder, name)
+        for dtype, wd, shape, scale, x, w, z in _cases():
+            if skip(name, wd, shape):
+                continue
+            m = _module(cls, w, eps=1e-6, **module_kw(shape))
+            label = f"{entry} ({arg}) vs {name}, x {dtype}, w {wd}, {shape}, scale {scale:g}"
+            with torch.no_grad():
+                want = m(x, gate=z)
+                _same(spec.reference(x, w, z, 1e-6, arg), want, label)
+                _same(fn(x, w, z, 1e-6, arg), want, label + " (standalone)")
+            n += 1
+    return n
+
+
 @pytest.mark.guards("norm.gated_rms_norm.qwen3_next", "norm.gated_rms_norm.kimi_linear",
                     "snippet:standalone.qwen3_next_gated_rms_norm", "snippet:standalone.kimi_linear_gated_rms_norm")
 @pytest.mark.parametrize("entry", sorted(AFTER))
 def test_gate_after_entries_equal_the_transformers_classes(entry):
-    spec, fn = CATALOG[entry], getattr(sa, sa.BY_CATALOG[entry])
-    n = 0
-    for name, folder, act in AFTER[entry]:
-        cls = _cls(folder, name)
-        for dtype, wd, shape, scale, x, w, z in _cases():
-            if name == "FalconH1RMSNormGated" and wd == torch.float64:
-                continue  # Falcon-H1 multiplies by the weight uncast: a float64 weight makes it a float64 product
-            m = _module(cls, w, eps=1e-6)
-            label = f"{entry} vs {name}, x {dtype}, w {wd}, {shape}, scale {scale:g}"
-            with torch.no_grad():
-                want = m(x, gate=z)
-                _same(spec.reference(x, w, z, 1e-6, act), want, label)
-                _same(fn(x, w, z, 1e-6, act), want, label + " (standalone)")
-            n += 1
+    # Falcon-H1 multiplies by the weight uncast: a float64 weight makes it a float64 product
+    n = _equal_to_classes(entry, getattr(sa, sa.BY_CATALOG[entry]), AFTER[entry],
+                          skip=lambda name, wd, shape: name == "FalconH1RMSNormGated" and wd == torch.float64)
     # 7 (x, weight) dtype pairs per shape and scale; Falcon-H1 without its 12 float64-weight cases
     assert n == len(AFTER[entry]) * 7 * len(SHAPES) * len(SCALES) - 12 * sum(c[0].startswith("Falcon")
                                                                               for c in AFTER[entry])
@@ -97,20 +106,10 @@ def test_gate_after_entries_equal_the_transformers_classes(entry):
 @pytest.mark.guards("norm.gated_rms_norm.mamba2", "snippet:standalone.mamba2_gated_rms_norm")
 @pytest.mark.parametrize("groups", [1, 2, 3])
 def test_gate_before_entry_equals_the_mamba_classes_per_group(groups):
-    spec, fn = CATALOG["gated_rms_norm.mamba2"], sa.mamba2_gated_rms_norm
-    n = 0
-    for name, folder in BEFORE:
-        cls = _cls(folder, name)
-        for dtype, wd, shape, scale, x, w, z in _cases():
-            if shape[-1] % groups:
-                continue
-            m = _module(cls, w, group_size=shape[-1] // groups, eps=1e-6)
-            label = f"{name}, {groups} groups, x {dtype}, w {wd}, {shape}, scale {scale:g}"
-            with torch.no_grad():
-                want = m(x, gate=z)
-                _same(spec.reference(x, w, z, 1e-6, groups), want, label)
-                _same(fn(x, w, z, 1e-6, groups), want, label + " (standalone)")
-            n += 1
+    n = _equal_to_classes("gated_rms_norm.mamba2", sa.mamba2_gated_rms_norm,
+                          [(name, folder, groups) for name, folder in BEFORE],
+                          module_kw=lambda shape: {"group_size": shape[-1] // groups},
+                          skip=lambda name, wd, shape: shape[-1] % groups != 0)
     assert n >= len(BEFORE) * 6 * 2 * len(SCALES)
 
 
