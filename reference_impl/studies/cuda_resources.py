@@ -137,14 +137,15 @@ def ptx_counts(src: Path, tmp: Path) -> dict[str, dict]:
     return counts
 
 
-def run(out: Path = OUT) -> dict:
+def kernel_report(rels=KERNEL_SOURCES, progress: bool = True) -> dict[str, dict]:
+    """The per-kernel entries of the report for the kernel sources ``rels`` (paths under ``cuda/``), keyed
+    by :func:`short_name`. The tests compile a few of the sources and compare their entries with the file."""
     from tqdm import tqdm
 
-    prov = record(COMMAND, sources(), packages=(), hashed_settings=hashed_settings())
     kernels: dict[str, dict] = {}
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
-        for rel in tqdm(KERNEL_SOURCES, desc="nvcc -Xptxas -v", unit="file"):
+        for rel in tqdm(rels, desc="nvcc -Xptxas -v", unit="file", disable=not progress):
             src = SOURCES / rel
             info = ptxas_info(src, tmp)
             counts = ptx_counts(src, tmp)
@@ -153,6 +154,12 @@ def run(out: Path = OUT) -> dict:
                 key = short_name(names[mangled])
                 kernels[key] = {"file": f"cuda/{rel}", "kernel": names[mangled].split("(")[0], **res,
                                 **counts.get(mangled, {})}
+    return kernels
+
+
+def run(out: Path = OUT) -> dict:
+    prov = record(COMMAND, sources(), packages=(), hashed_settings=hashed_settings())
+    kernels = kernel_report()
     prov["versions"]["nvcc"] = nvcc_version()
     data = {
         "provenance": finish(prov),
