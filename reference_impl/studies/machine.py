@@ -74,6 +74,25 @@ def machine_key(identity: dict) -> str:
     return re.sub(r"[^a-z0-9-]+", "", raw.lower())
 
 
+def legacy_identity(machine: dict) -> dict:
+    """What an old provenance block (no ``cpu_identity``) says about its CPU, in cpu_identity's form
+    (family, model and stepping unknown: ``x``)."""
+    return {"vendor": machine.get("vendor", "unknown"), "family": "x", "model": "x", "stepping": "x",
+            "model_name": machine.get("cpu", "unknown"), "flags": list(machine.get("simd_flags", [])),
+            "caches": {}, "cores": machine.get("cores", 0)}
+
+
+def key_of(data: dict) -> str:
+    """The machine key a data file is filed under: its recorded key; for an old file, its ``archive``
+    block's, or one derived from what its provenance names (:func:`legacy_identity`)."""
+    m = data["provenance"]["machine"]
+    if m.get("machine_key"):
+        return m["machine_key"]
+    if data.get("archive", {}).get("machine_key"):
+        return data["archive"]["machine_key"]
+    return machine_key(legacy_identity(m))
+
+
 def cpu_kernel_path(identity: dict, env: str | None = None) -> str:
     """The instruction-set path the CPU kernels take (cuda/cpu/isa.h's pick_isa, with NORMLAB_CPU_ISA)."""
     flags = set(identity["flags"])

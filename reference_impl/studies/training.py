@@ -34,6 +34,8 @@ import numpy as np
 import torch
 
 from .. import equivalence
+from . import training_machines
+from .machine import cpu_identity, machine_key
 from ..provenance import finish, python_closure, record
 from ..norms import model_layers
 from ..tiny_lm import TinyLM, TinyLMConfig, parameter_count, without_norms
@@ -531,7 +533,8 @@ def run(st: Settings, out_dir: Path, plot_dir: Path, equivalence_report: bool = 
     sources = tiny_lm_sources("reference_impl/studies/training.py")
     cmd = COMMAND + (" --quick" if st.quick else "")
     prov = record(cmd, sources, quick=st.quick, packages=("torch", "numpy", "transformers", "matplotlib"),
-                  machine_extra={"torch_threads": THREADS})
+                  machine_extra={"torch_threads": THREADS, "cpu_identity": (ident := cpu_identity()),
+                                 "machine_key": machine_key(ident)})
     train, val, corpus = load_corpus()
     data = (train, val_windows(val, st.eval_windows, st.model["context"]))
     n_warm = len(st.warmup_lrs) * len(st.seeds) * 4
@@ -573,6 +576,8 @@ def main(argv=None) -> int:
         print(cmp["text"])
     print(f"wrote {args.out / 'training.json'} in {res['provenance']['duration_s']:.0f} s "
           f"(load average {os.getloadavg()[0]:.2f})")
+    if not args.quick and args.out.resolve() == DATA.resolve():   # this machine's step times, kept apart
+        print(f"filed this machine's run as {training_machines.write(res)}")
     return 0
 
 

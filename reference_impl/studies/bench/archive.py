@@ -16,30 +16,14 @@ import json
 from pathlib import Path
 
 from ... import provenance as pv
-from ..machine import cpu_kernel_path, machine_key
+from ..machine import cpu_kernel_path, key_of, legacy_identity
 from ..schemas import DataFileError, _rel, _read_text, check_data, check_invariants, parse_json
 from .cases import DATA, SOURCES
 
 ARCHIVE = DATA / "bench_cpu_machines"
 
 
-def legacy_identity(machine: dict) -> dict:
-    """What an old provenance block says about its CPU, in cpu_identity's form (family, model and
-    stepping unknown: ``x``)."""
-    return {"vendor": machine.get("vendor", "unknown"), "family": "x", "model": "x", "stepping": "x",
-            "model_name": machine.get("cpu", "unknown"), "flags": list(machine.get("simd_flags", [])),
-            "caches": {}, "cores": machine.get("cores", 0)}
-
-
-def key_of(data: dict) -> str:
-    """The machine key a run is filed under (its recorded key; for an old file, the archive block's, or
-    one derived from what its provenance names)."""
-    m = data["provenance"]["machine"]
-    if m.get("machine_key"):
-        return m["machine_key"]
-    if data.get("archive", {}).get("machine_key"):
-        return data["archive"]["machine_key"]
-    return machine_key(legacy_identity(m))
+__all__ = ["ARCHIVE", "key_of", "legacy_identity", "write", "check_archived", "archived", "machine_row"]
 
 
 def write(data: dict, archive_dir: Path = ARCHIVE) -> Path:

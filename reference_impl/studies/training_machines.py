@@ -1,0 +1,81 @@
+"""One training run per machine: ``docs/data/training_machines/<machine_key>.json``.
+
+``docs/data/training.json`` is the latest full run of :mod:`reference_impl.studies.training`. Its losses
+depend on the machine only through rounding, but its step times are that machine's alone, so every full
+run also files a copy under its machine's key (:func:`reference_impl.studies.machine.machine_key`),
+replacing that machine's earlier copy and no other. A copy keeps the ``source_hash`` of the code it ran:
+where that differs from the current sources, the page says the run used earlier code instead of hiding
+it. Every copy must still match the ``training`` schema and its consistency checks, and be named by its
+key; the site build refuses one that does not, naming the file.
+
+Runs filed before the machine key was recorded (no ``cpu_identity`` in their provenance) are keyed from
+what their provenance names (:func:`reference_impl.studies.machine.legacy_identity`: family, model and
+stepping ``x``).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .machine import key_of
+from .schemas import DataFileError, _read_text, _rel, check_data, check_invariants, parse_json
+
+REPO = Path(__file__).resolve().parents[2]
+ARCHIVE = REPO / "docs" / "data" / "training_machines"
+CONFIGS = ("pre-rms", "pre-ln")        # the two whose step times the table of machines shows
+
+
+def write(data: dict, archive_dir: Path = ARCHIVE) -> Path:
+    """Writes (or replaces) this run's machine file; a ``--quick`` smoke run is refused (it measures
+    nothing)."""
+    if data["provenance"]["quick"]:
+        raise ValueError("a --quick smoke run is not archived: it measures nothing")
+    archive_dir.mkdir(parents=True, exist_ok=True)
+    path = archive_dir / f"{key_of(data)}.json"
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def check_archived(path: Path) -> dict:
+    """Reads one machine file and checks it: the training schema, every consistency check but the source
+    hash (a copy keeps the hash of the code it ran), a full run, and a name equal to its machine key.
+    Errors name the file."""
+    where = _rel(Path(path))
+    data = parse_json(_read_text(Path(path), where), where)
+    check_data(data, "training.json", where)
+    check_invariants(data, "training.json", where, exclude=("provenance_sources",))
+    if data["provenance"]["quick"]:
+        raise DataFileError(f"{where}: a --quick smoke run does not belong in the machine archive")
+    key = key_of(data)
+    if Path(path).stem != key:
+        raise DataFileError(f"{where}: holds the run of machine {key!r}; the file must be named {key}.json")
+    return data
+
+
+def archived(archive_dir: Path = ARCHIVE) -> list[tuple[Path, dict]]:
+    """Every machine file, checked, oldest run first."""
+    out = [(p, check_archived(p)) for p in sorted(Path(archive_dir).glob("*.json"))]
+    return sorted(out, key=lambda e: e[1]["provenance"]["date"])
+
+
+def machine_row(data: dict) -> dict:
+    """What the page's table of machines shows for one run: the machine, the date, the threads and load,
+    and for Pre-RMSNorm and Pre-LN the median step time and the norms' median share of it."""
+    from .. import provenance as pv
+
+    prov, m = data["provenance"], data["provenance"]["machine"]
+    ident = m.get("cpu_identity")
+    if ident:
+        name = f"{ident['model_name']} ({ident['vendor']}, family {ident['family']}, model {ident['model']})"
+    else:
+        name = f"{m['cpu']} ({m.get('vendor', 'vendor not recorded')}; family and model not recorded)"
+    flags = (ident or {}).get("flags") or m.get("simd_flags", [])
+    simd = "AVX-512" if "avx512f" in flags else ("AVX2" if "avx2" in flags else "neither AVX2 nor AVX-512")
+    row = {"key": key_of(data), "machine": name, "simd": simd, "threads": m.get("torch_threads", "not recorded"),
+           "date": prov["date"][:10], "load": f"{prov['load_avg'][0]:.2f} to {prov['load_avg_end'][0]:.2f}",
+           "code": "current code" if pv.is_current(data)[0] else "earlier code"}
+    for cfg in CONFIGS:
+        t = data["timing"][cfg]
+        row[f"{cfg}_step_ms"] = f"{t['median_step_ms']:.1f}"
+        row[f"{cfg}_share"] = f"{t['median_share']:.0%}"
+    return row
