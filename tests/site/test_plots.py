@@ -2,7 +2,8 @@
 in every plot is drawn at 11 px or more, and the variant shown matches the palette.
 
 Plots are SVG images whose text is kept as text (reference_impl/studies/plotstyle.py), so the size on screen
-is the font size in the file times the ratio of the image's width on screen to the SVG's own width.
+is the font size in the file times the ratio of the image's width on screen to the SVG's own width. The
+browser visits the pages whose HTML names a plot (every page, if a script of the site could add one).
 """
 from __future__ import annotations
 
@@ -64,13 +65,22 @@ def smallest_text_px(page, site_dir: Path) -> list[tuple[str, float, str]]:
 PLOT_PAGES = [p for p in PAGES if p not in ("", "api/")]
 
 
+def pages_with_plots(site_dir: Path) -> list[str]:
+    """The pages of PLOT_PAGES whose built HTML names a file under plots/ (in an image, a picture source or an
+    inline script's data). A script file of the site that mentions plots could add one to any page: then
+    every page counts."""
+    if any("plots" in js.read_text(encoding="utf-8", errors="replace") for js in site_dir.rglob("*.js")):
+        return PLOT_PAGES
+    return [p for p in PLOT_PAGES if "plots/" in (site_dir / p / "index.html").read_text(encoding="utf-8")]
+
+
 @pytest.mark.parametrize("width", list(WIDTHS))
 def test_plot_text_is_at_least_11_px(browser, reading_url, reading_site, width):
     site_url, site_dir = reading_url, reading_site  # NORMLAB_READING_SITE, else the built site
     context = browser.new_context(viewport=WIDTHS[width])
     problems, measured = [], 0
     try:
-        for path in PLOT_PAGES:
+        for path in pages_with_plots(site_dir):
             page = context.new_page()
             watch = Watcher(context, page)
             page.goto(site_url + path, wait_until="load")
