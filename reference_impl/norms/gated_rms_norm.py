@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from .._checks import check_eps, check_input, check_param
+from . import gated_formulas as GF
 from ._bounds import rms_like, u
 from .spec import BadInput, NormSpec, NotApplicable, common_bad, gain, randn, replace_input, set_param
 
@@ -181,18 +182,19 @@ _BEFORE = dict(oracle=_oracle_before, group_of=lambda d, p: d // p["groups"],
                variants=())
 
 
-def _entry(name, title, source, reference, gate, *, params, twin, conventions, rank, says, families=(),
+def _entry(name, title, source, reference, gate, *, params, twin, conventions, rank, says, formulas, families=(),
            match_fixed=None):
     """One gated entry from what sets it apart: its name, title and citation, its reference, the gate's
     placement (``_AFTER`` or ``_BEFORE``), its parameters, float64 twin, conventions, rank among the matching
-    candidates and the sentence matching says of it. Inputs, gradients, bad calls and page are shared."""
+    candidates, the sentence matching says of it and its registry formulas (``(ids, builder)``, from
+    :mod:`reference_impl.norms.gated_formulas`). Inputs, gradients, bad calls and page are shared."""
     return NormSpec(
         name=name, title=title, source=source, reference=reference, oracle=gate["oracle"],
         bound=_bound(gate["oracle"], gate["group_of"]), make_inputs=_inputs, params=params,
         conventions=conventions, families=families, grads=("x", "weight", "gate"), float64_exact=False,
         grad_twin=twin, bad_inputs=_BAD + (gate["bad"],), page=PAGE, match_kind="gated_rms",
         match_run=_match(reference, **(match_fixed or {})), match_variants=gate["variants"], match_rank=rank,
-        match_description=says,
+        match_description=says, formulas=formulas[0], build_formulas=formulas[1],
     )
 
 
@@ -201,18 +203,21 @@ SPECS = (
            _T.format("qwen3_next", "Qwen3NextRMSNormGated"), qwen3_next_gated_rms_norm, _AFTER,
            params={"eps": 1e-6, "activation": "silu"}, twin=_twin_after(True),
            conventions=("rounded before the gain", "gate after"), families=("Qwen3-Next",), rank=10,
+           formulas=(GF.after_ids("silu"), lambda: GF.after_formulas("silu")),
            says="normalizes in float32, rounds to x's dtype, multiplies by the gain and by the gate's activation "
                 "in float32, then rounds once: Qwen3-Next's gated order"),
     _entry("gated_rms_norm.kimi_linear", "Gated RMSNorm, gate after the norm, all in float32 (Kimi-Linear)",
            _T.format("kimi_linear", "KimiLinearRMSNormGated"), kimi_linear_gated_rms_norm, _AFTER,
            params={"eps": 1e-6, "activation": "sigmoid"}, twin=_twin_after(False),
            conventions=("float32 gain", "gate after"), rank=11,
+           formulas=(GF.after_ids("sigmoid"), lambda: GF.after_formulas("sigmoid")),
            says="normalizes, multiplies by the float32 gain and by the gate's activation, all in float32, then "
                 "rounds once: Kimi-Linear's gated order"),
     _entry("gated_rms_norm.mamba2", "Gated RMSNorm, gate before the norm, one RMS per group (Mamba-2)",
            _T.format("mamba2", "MambaRMSNormGated") + "; Dao and Gu, arXiv:2405.21060", mamba2_gated_rms_norm,
            _BEFORE, params={"eps": 1e-6, "groups": 1}, twin=_twin_before,
            conventions=("rounded before the gain", "gate before"), families=("Mamba-2",), rank=12,
+           formulas=(GF.before_ids(), GF.before_formulas),
            says="multiplies x by silu(gate) in float32, normalizes, rounds to x's dtype, then multiplies by the "
                 "gain: Mamba-2's order, the gate before the normalization", match_fixed={"groups": 1}),
 )

@@ -43,6 +43,7 @@ x = IndexedBase("x", real=True)
 gamma = IndexedBase("gamma", real=True)
 beta = IndexedBase("beta", real=True)
 dy = IndexedBase("dy", real=True)                          # upstream gradient dL/dy
+z = IndexedBase("z", real=True)                            # a gated norm's gate (keyword "gate")
 one = IndexedBase("one")                                   # the all-ones vector (display only)
 # display abbreviations, expanded by Formula.defs before any proof or evaluation
 r = sp.Symbol("r", positive=True)
@@ -51,14 +52,40 @@ var = sp.Symbol("sigma2", nonnegative=True)
 ms = sp.Symbol("ms", nonnegative=True)
 xhat = IndexedBase("xhat", real=True)
 g = IndexedBase("g", real=True)
+u = IndexedBase("u", real=True)                            # a gated input (gate before the norm)
+uhat = IndexedBase("uhat", real=True)
+
+
+class sigmoid(sp.Function):
+    """The logistic function ``1 / (1 + exp(-a))``, kept whole so that formulas print it by name; its
+    derivative is ``sigmoid(a) (1 - sigmoid(a))``; NumPy evaluates it through ``exp(-|a|)`` (no overflow)."""
+
+    def fdiff(self, argindex=1):
+        a = self.args[0]
+        return sigmoid(a) * (1 - sigmoid(a))
+
+    def _eval_rewrite_as_exp(self, a, **kwargs):
+        return 1 / (1 + sp.exp(-a))
+
+    def _eval_is_real(self):
+        return self.args[0].is_real
+
+    def _latex(self, printer, exp=None):
+        out = rf"\operatorname{{sigmoid}}\left({printer._print(self.args[0])}\right)"
+        return out if exp is None else rf"{out}^{{{exp}}}"
+
+
+def silu(a):
+    """``a * sigmoid(a)`` (also called swish): written out, so every formula shows what it computes."""
+    return a * sigmoid(a)
 
 LATEX_NAMES = {
     dy.label: r"\bar{y}", xhat.label: r"\hat{x}", var: r"\sigma^{2}", ms: r"\operatorname{ms}",
-    one.label: r"\mathbf{1}", eps: r"\epsilon",
+    one.label: r"\mathbf{1}", eps: r"\epsilon", uhat.label: r"\hat{u}",
 }
 # (the registry adds the name of the rsqrt count symbol)
-NUMERIC_ARGS = {x: "x", gamma: "weight", beta: "bias", dy: "dy"}   # IndexedBase -> keyword name
-ROW_ARRAYS = ("x", "dy")
+NUMERIC_ARGS = {x: "x", gamma: "weight", beta: "bias", dy: "dy", z: "gate"}   # IndexedBase -> keyword name
+ROW_ARRAYS = ("x", "dy", "gate")
 FEATURE_ARRAYS = ("weight", "bias")
 
 
@@ -321,6 +348,14 @@ def _zero_based(expr):
 
 
 _ERF = np.vectorize(math.erf, otypes=[np.float64])   # NumPy has no erf; math.erf is the C library's
+
+
+def _sigmoid(a):
+    """1 / (1 + exp(-a)) without overflow: exp of -|a| only, e / (1 + e) on the negative side."""
+    e = np.exp(-np.abs(a))
+    return np.where(np.asarray(a) >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
 _SCALARS = {eps: "eps", k: "k", c: "c", s: "s", d: "d", alpha: "alpha"}
 
 
@@ -340,7 +375,7 @@ def _make_numeric(expr, reduce_rows: bool):
     names = [NUMERIC_ARGS[b] for b in bases] + [_SCALARS[sym] for sym in scalars]
     has_i = i in expr.free_symbols
     # no cse: sympy 1.14 hoists summands that use the bound index out of their Sum
-    fn = sp.lambdify(bases + scalars + [i], expr, modules=[{"erf": _ERF}, "numpy"])
+    fn = sp.lambdify(bases + scalars + [i], expr, modules=[{"erf": _ERF, "sigmoid": _sigmoid}, "numpy"])
 
     def numeric(**kw):
         missing = [n for n in names if n not in kw and n not in ("d", "weight", "bias")]

@@ -273,24 +273,27 @@ def test_qwen3_next_gain_is_the_gemma_convention():
 
 FORMULA_NAMES = [n for n in NAMES if CATALOG[n].formulas]
 # registry gradient id suffix -> the input it differentiates; scalars come per row and are summed here
-GRAD_OF = {"vjp_x": "x", "vjp_weight": "weight", "vjp_bias": "bias", "vjp_alpha": "alpha", "vjp_shift": "shift"}
+GRAD_OF = {"vjp_x": "x", "vjp_weight": "weight", "vjp_bias": "bias", "vjp_alpha": "alpha", "vjp_shift": "shift",
+           "vjp_gate": "gate"}
 
 
 @pytest.mark.guards(*catalog_guards())
 @pytest.mark.parametrize("name", FORMULA_NAMES)
 def test_catalog_formulas_hold_and_match_the_reference(name):
     """Each formula a norm module adds is proven (derived ones equal what SymPy derives), and its NumPy
-    value equals the float64 reference (forward) or the reference's autograd gradient."""
+    value equals the float64 reference (forward) or the reference's autograd gradient (its float64 twin's
+    where the reference computes in float32 whatever the input)."""
     from reference_impl import symbolic
 
     spec = CATALOG[name]
     reg = symbolic.registry()
     inputs = _grad_inputs(spec)
-    y = spec.run_reference(inputs)
+    math_fn = spec.reference if spec.float64_exact else spec.grad_twin
+    y = math_fn(**inputs, **spec.params)
     dy = torch.randn(y.shape, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
     grads = dict(zip(spec.grads, torch.autograd.grad(y, [inputs[k] for k in spec.grads], dy)))
     args = {"x": inputs["x"].detach().numpy(), "dy": dy.numpy(), **spec.params}
-    for k in ("weight", "bias"):
+    for k in ("weight", "bias", "gate"):
         if k in inputs:
             args[k] = inputs[k].detach().numpy()
     if "p" in spec.params:  # pRMSNorm's k = int(d p)
