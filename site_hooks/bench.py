@@ -38,6 +38,18 @@ def bench_plot_macro(ctx, name: str, alt: str, caption: str, section: str) -> st
 @macro("bench_machines")
 def bench_machines_macro(ctx) -> str:
     from reference_impl.studies.bench import archive
+
+    cols = [("machine", "machine"), ("cores", "cores"), ("AVX512-BF16", "bf16_instructions"),
+            ("kernel path", "kernel_path"), ("date", "date"), ("kernels", "source_state"),
+            ("forward / copy, float32", "float32_forward_vs_copy"),
+            ("forward / copy, bfloat16", "bfloat16_forward_vs_copy"), ("short rows / copy, worst", "short_rows_worst"),
+            ("targets met", "targets_met")]
+    return archive_table(ctx, archive, cols, "docs/data/bench_cpu_machines/")
+
+
+def archive_table(ctx, archive, cols, folder: str) -> str:
+    """One Markdown row per run of a machine archive (``archive.archived()``, ``archive.machine_row``),
+    columns ``(header, row key)``; a corrupt file, or an empty folder, fails the build naming it."""
     from reference_impl.studies.schemas import DataFileError
 
     try:
@@ -45,12 +57,7 @@ def bench_machines_macro(ctx) -> str:
     except DataFileError as exc:
         raise MacroError(f"{ctx.src_path}: {exc}") from exc
     if not files:
-        raise MacroError(f"{ctx.src_path}: docs/data/bench_cpu_machines/ holds no machine file")
-    cols = [("machine", "machine"), ("cores", "cores"), ("AVX512-BF16", "bf16_instructions"),
-            ("kernel path", "kernel_path"), ("date", "date"), ("kernels", "source_state"),
-            ("forward / copy, float32", "float32_forward_vs_copy"),
-            ("forward / copy, bfloat16", "bfloat16_forward_vs_copy"), ("short rows / copy, worst", "short_rows_worst"),
-            ("targets met", "targets_met")]
+        raise MacroError(f"{ctx.src_path}: {folder} holds no machine file")
     lines = ["| " + " | ".join(h for h, _ in cols) + " |", "|" + "---|" * len(cols)]
     for _, data in files:
         row = archive.machine_row(data)

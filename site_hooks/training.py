@@ -3,7 +3,8 @@ docs/data/training_machines/ (each file checked against the training schema and 
 a corrupt or misnamed one fails the build with its path)."""
 from __future__ import annotations
 
-from .macros import MacroError, macro
+from .bench import archive_table
+from .macros import macro
 
 COLUMNS = (("machine", "machine"), ("SIMD", "simd"), ("threads", "threads"), ("date", "date"),
            ("load average, start to end", "load"), ("code", "code"),
@@ -13,17 +14,6 @@ COLUMNS = (("machine", "machine"), ("SIMD", "simd"), ("threads", "threads"), ("d
 
 @macro("training_machines")
 def training_machines_macro(ctx) -> str:
-    from reference_impl.studies import training_machines as tm
-    from reference_impl.studies.schemas import DataFileError
+    from reference_impl.studies import training_machines
 
-    try:
-        files = tm.archived()
-    except DataFileError as exc:
-        raise MacroError(f"{ctx.src_path}: {exc}") from exc
-    if not files:
-        raise MacroError(f"{ctx.src_path}: docs/data/training_machines/ holds no machine file")
-    lines = ["| " + " | ".join(h for h, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    for _, data in files:
-        row = tm.machine_row(data)
-        lines.append("| " + " | ".join(str(row[k]).replace("|", "\\|") for _, k in COLUMNS) + " |")
-    return "\n".join(lines)
+    return archive_table(ctx, training_machines, COLUMNS, "docs/data/training_machines/")

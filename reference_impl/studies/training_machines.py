@@ -14,11 +14,10 @@ stepping ``x``).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from . import machine_archive
 from .machine import key_of
-from .schemas import DataFileError, _read_text, _rel, check_data, check_invariants, parse_json
 
 REPO = Path(__file__).resolve().parents[2]
 ARCHIVE = REPO / "docs" / "data" / "training_machines"
@@ -28,34 +27,19 @@ CONFIGS = ("pre-rms", "pre-ln")        # the two whose step times the table of m
 def write(data: dict, archive_dir: Path = ARCHIVE) -> Path:
     """Writes (or replaces) this run's machine file; a ``--quick`` smoke run is refused (it measures
     nothing)."""
-    if data["provenance"]["quick"]:
-        raise ValueError("a --quick smoke run is not archived: it measures nothing")
-    archive_dir.mkdir(parents=True, exist_ok=True)
-    path = archive_dir / f"{key_of(data)}.json"
-    path.write_text(json.dumps(data, indent=1) + "\n")
-    return path
+    return machine_archive.write(data, archive_dir)
 
 
 def check_archived(path: Path) -> dict:
     """Reads one machine file and checks it: the training schema, every consistency check but the source
     hash (a copy keeps the hash of the code it ran), a full run, and a name equal to its machine key.
     Errors name the file."""
-    where = _rel(Path(path))
-    data = parse_json(_read_text(Path(path), where), where)
-    check_data(data, "training.json", where)
-    check_invariants(data, "training.json", where, exclude=("provenance_sources",))
-    if data["provenance"]["quick"]:
-        raise DataFileError(f"{where}: a --quick smoke run does not belong in the machine archive")
-    key = key_of(data)
-    if Path(path).stem != key:
-        raise DataFileError(f"{where}: holds the run of machine {key!r}; the file must be named {key}.json")
-    return data
+    return machine_archive.check(path, "training.json")
 
 
 def archived(archive_dir: Path = ARCHIVE) -> list[tuple[Path, dict]]:
     """Every machine file, checked, oldest run first."""
-    out = [(p, check_archived(p)) for p in sorted(Path(archive_dir).glob("*.json"))]
-    return sorted(out, key=lambda e: e[1]["provenance"]["date"])
+    return machine_archive.archived(archive_dir, check_archived)
 
 
 def machine_row(data: dict) -> dict:

@@ -12,12 +12,11 @@ Files written before the machine key existed (no ``cpu_identity`` in their prove
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ... import provenance as pv
+from .. import machine_archive
 from ..machine import cpu_kernel_path, key_of, legacy_identity
-from ..schemas import DataFileError, _rel, _read_text, check_data, check_invariants, parse_json
 from .cases import DATA, SOURCES
 
 ARCHIVE = DATA / "bench_cpu_machines"
@@ -28,34 +27,19 @@ __all__ = ["ARCHIVE", "key_of", "legacy_identity", "write", "check_archived", "a
 
 def write(data: dict, archive_dir: Path = ARCHIVE) -> Path:
     """Writes (or replaces) this run's machine file; a smoke run is refused (it measures nothing)."""
-    if data["provenance"]["quick"]:
-        raise ValueError("a --quick smoke run is not archived: it measures nothing")
-    archive_dir.mkdir(parents=True, exist_ok=True)
-    path = archive_dir / f"{key_of(data)}.json"
-    path.write_text(json.dumps(data, indent=1) + "\n")
-    return path
+    return machine_archive.write(data, archive_dir)
 
 
 def check_archived(path: Path) -> dict:
-    """Reads one machine file and checks it against the bench_cpu schema and its name; errors name the file."""
-    where = _rel(Path(path))
-    data = parse_json(_read_text(Path(path), where), where)
-    check_data(data, "bench_cpu.json", where)
-    # every consistency check but two: an archived run keeps the hash of the kernels it measured, and was
-    # analysed by the analysis of its day
-    check_invariants(data, "bench_cpu.json", where, exclude=("provenance_sources", "bench_analysis"))
-    if data["provenance"]["quick"]:
-        raise DataFileError(f"{where}: a --quick smoke run does not belong in the machine archive")
-    key = key_of(data)
-    if Path(path).stem != key:
-        raise DataFileError(f"{where}: holds the run of machine {key!r}; the file must be named {key}.json")
-    return data
+    """Reads one machine file and checks it against the bench_cpu schema and its name; errors name the file.
+    Every consistency check applies but two: an archived run keeps the hash of the kernels it measured, and
+    was analysed by the analysis of its day."""
+    return machine_archive.check(path, "bench_cpu.json", exclude=("provenance_sources", "bench_analysis"))
 
 
 def archived(archive_dir: Path = ARCHIVE) -> list[tuple[Path, dict]]:
     """Every machine file, checked, oldest run first."""
-    out = [(p, check_archived(p)) for p in sorted(Path(archive_dir).glob("*.json"))]
-    return sorted(out, key=lambda e: e[1]["provenance"]["date"])
+    return machine_archive.archived(archive_dir, check_archived)
 
 
 def _range(t: dict | None) -> str:

@@ -1,0 +1,47 @@
+"""A folder of runs, one per kind of machine: what the CPU benchmark and the training study share.
+
+A study whose figures belong to the machine that measured them (timings) keeps its latest run in
+``docs/data/<study>.json`` and files every full run under ``<folder>/<machine_key>.json``
+(:func:`reference_impl.studies.machine.key_of`), replacing that machine's earlier run and no other. A filed
+run keeps the source hash of the code it ran, so its source-hash check is left out; every other check of
+its schema and of its consistency checks applies, and its name must be its machine key.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from .machine import key_of
+from .schemas import DataFileError, _read_text, _rel, check_data, check_invariants, parse_json
+
+
+def write(data: dict, archive_dir: Path) -> Path:
+    """Writes (or replaces) this run's machine file; a ``--quick`` smoke run is refused (it measures nothing)."""
+    if data["provenance"]["quick"]:
+        raise ValueError("a --quick smoke run is not archived: it measures nothing")
+    archive_dir.mkdir(parents=True, exist_ok=True)
+    path = archive_dir / f"{key_of(data)}.json"
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def check(path: Path, schema: str, exclude: tuple = ("provenance_sources",)) -> dict:
+    """Reads one machine file and checks it: the schema of ``schema`` (a data file name), its consistency
+    checks less ``exclude``, a full run, and a name equal to its machine key. Errors name the file."""
+    where = _rel(Path(path))
+    data = parse_json(_read_text(Path(path), where), where)
+    check_data(data, schema, where)
+    check_invariants(data, schema, where, exclude=exclude)
+    if data["provenance"]["quick"]:
+        raise DataFileError(f"{where}: a --quick smoke run does not belong in the machine archive")
+    key = key_of(data)
+    if Path(path).stem != key:
+        raise DataFileError(f"{where}: holds the run of machine {key!r}; the file must be named {key}.json")
+    return data
+
+
+def archived(archive_dir: Path, check_one: Callable[[Path], dict]) -> list[tuple[Path, dict]]:
+    """Every machine file of ``archive_dir``, each checked by ``check_one``, oldest run first."""
+    out = [(p, check_one(p)) for p in sorted(Path(archive_dir).glob("*.json"))]
+    return sorted(out, key=lambda e: e[1]["provenance"]["date"])
