@@ -8,6 +8,8 @@ STAMP := $(VENV)/.installed
 export CUDA_HOME ?= /usr/local/cuda
 export PYTHONUNBUFFERED := 1
 export NO_MKDOCS_2_WARNING := 1
+# phase 1 of make test: one worker per core (two on the machines this project is tested on)
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
 
 .PHONY: serve test test-core test-site build clean setup allocators
 ALLOC_LIBS := /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4
@@ -29,18 +31,19 @@ serve: $(STAMP)
 build: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict
 
-# Phase 1 runs every test that does not touch the site and records the outcomes in build/test-results.json.
+# Phase 1 runs every test that does not touch the site and records the outcomes in build/test-results.json,
+# in TEST_WORKERS pytest-xdist processes (a test file's tests stay together, in order, in one of them).
 # Phase 2 builds the site strictly (the pages show phase 1's outcomes) and browses it in Chromium.
 # The target fails when either phase fails or collects no test.
 test: $(STAMP) allocators
 	@mkdir -p build
-	$(PY) -m pytest -m "not site" ; core=$$? ; \
+	$(PY) -m pytest -m "not site" -n $(TEST_WORKERS) --dist loadfile ; core=$$? ; \
 	$(PY) -m pytest -m site ; site=$$? ; \
 	echo "make test: core tests exit $$core, site tests exit $$site" ; \
 	test $$core -eq 0 -a $$site -eq 0
 
 test-core: $(STAMP)
-	$(PY) -m pytest -m "not site"
+	$(PY) -m pytest -m "not site" -n $(TEST_WORKERS) --dist loadfile
 
 test-site: $(STAMP)
 	$(PY) -m pytest -m site

@@ -14,6 +14,11 @@ not wipe the outcomes of the rest. Each merge is listed under ``"partial_runs"``
 Outcomes: ``passed``, ``failed``, ``skipped``, ``xfailed``, ``xpassed``, or ``not run`` (collected, but the
 session ended before it ran, e.g. after ``-x``). Deselected tests are not recorded.
 
+Phase 1 runs in two pytest-xdist workers (``make test``; ``--dist loadfile``: a test file's tests share one
+worker, in their order). The workers collect; the controller writes the files. Each test carries its guard
+ids and its phase to the controller in its report (``user_properties``), so the files are the same as from
+one process, except that a test a crashed worker never ran is missing instead of ``not run``.
+
 Native libraries are built before the first test runs, so no test's duration includes a compiler run:
 collecting a module that imports ``reference_impl.ops`` builds (or loads) the CPU library, and after
 collection :func:`pytest_collection_finish` builds whatever else the selected tests use (the CUDA library,
@@ -39,6 +44,7 @@ CORE_FILE = "test-results.json"
 SITE_FILE = "test-results-site.json"
 _results: dict[str, dict] = {}
 _site_items: set[str] = set()
+_GUARDS_KEY, _SITE_KEY = "normlab_guards", "normlab_site"
 
 
 def _git(*args: str) -> str:
@@ -56,8 +62,12 @@ def pytest_collection_modifyitems(session, config, items):
         for mark in item.iter_markers("guards"):
             guards.extend(mark.args)
         _results[item.nodeid] = {"outcome": "not run", "duration": 0.0, "guards": sorted(set(guards))}
-        if item.get_closest_marker("site") is not None:
+        site = item.get_closest_marker("site") is not None
+        if site:
             _site_items.add(item.nodeid)
+        # under xdist the controller collects nothing: what it records travels in each report
+        item.user_properties.append((_GUARDS_KEY, sorted(set(guards))))
+        item.user_properties.append((_SITE_KEY, site))
 
 
 # test files -> the native libraries (loader names in reference_impl.ops.build) their tests need
@@ -71,9 +81,9 @@ _NATIVE_NEEDS = {
 
 
 def pytest_collection_finish(session):
-    """Build the native libraries the selected tests need, before any of them runs (timed apart)."""
-    if hasattr(session.config, "workerinput"):
-        return
+    """Build the native libraries the selected tests need, before any of them runs (timed apart). Under
+    xdist each worker does this after its collection; the build folder's lock makes the second one wait
+    for the first and load its result."""
     files = {item.nodeid.split("::", 1)[0] for item in session.items}
     loaders = sorted({name for f in files for name in _NATIVE_NEEDS.get(f, ())})
     if not loaders:
@@ -107,6 +117,12 @@ def pytest_deselected(items):
 
 
 def pytest_runtest_logreport(report):
+    props = dict(getattr(report, "user_properties", ()) or ())
+    if report.nodeid not in _results and _GUARDS_KEY in props:
+        # the xdist controller: the test was collected by a worker
+        _results[report.nodeid] = {"outcome": "not run", "duration": 0.0, "guards": list(props[_GUARDS_KEY])}
+        if props.get(_SITE_KEY):
+            _site_items.add(report.nodeid)
     entry = _results.setdefault(report.nodeid, {"outcome": "not run", "duration": 0.0, "guards": []})
     entry["duration"] = round(entry["duration"] + report.duration, 4)
     if report.when == "call" or report.outcome != "passed":

@@ -29,7 +29,10 @@ SKIP_DIRS = {".git", ".venv", "node_modules", "__pycache__", ".pytest_cache", ".
 # the checkout's own native build cache and built site: other commands (and, on a shared machine, other
 # sessions) write there while this test runs; the installed package is shown to build elsewhere by the
 # script's own check that its build folder lies under the temporary cache
+# The test session's own results files are written by tests that run pytest inside them (the GPU script's
+# dry run), possibly at the same time in the other xdist worker: they are the session's, not the wheel's.
 SKIP_PATHS = {"build/native", "site"}
+SESSION_FILES = ("build/test-results",)         # test-results.json, -site.json and their .tmp while written
 
 # Runs inside the fresh environment, from a folder outside the checkout. Prints one line per check.
 SCRIPT = textwrap.dedent('''
@@ -83,7 +86,7 @@ def _tree_listing() -> set[str]:
     for root, dirs, files in os.walk(REPO):
         rel = Path(root).relative_to(REPO)
         dirs[:] = [d for d in dirs if d not in SKIP_DIRS and (rel / d).as_posix() not in SKIP_PATHS]
-        found.update(str(rel / name) for name in dirs + files)
+        found.update(p for p in (str(rel / name) for name in dirs + files) if not p.startswith(SESSION_FILES))
     return found
 
 
