@@ -324,8 +324,11 @@ def ln_family_backward_bounds(dy, x, weight, bias, eps, extra_low=0, w_low_rows=
     as it would if intermediates were rounded to the input dtype. Each such rounding on g = dy * w or on
     xhat perturbs them by u_o relative and adds u_o times dx's envelope
     ``r (|g_i| + mean|g| + |xhat_i| mean|g xhat|)``; ``extra_low`` counts them. ``w_low_rows`` charges the
-    sums over the n rows for dweight and dbias as if done in the parameter's dtype: gamma(n + 2, u_w) times
-    the sum of the absolute terms.
+    sums over the n rows for dweight and dbias as if done in the lower of the input's and the parameter's
+    dtypes: gamma(n + 2, max(u_x, u_w)) times the sum of the absolute terms. With one thread, torch's CPU
+    kernel (2.14) adds the rows' bfloat16 or float16 contributions to a float32 gain's and bias's gradients in
+    the input's dtype, one rounding per row (tests/core/test_torch_facts.py reproduces it bit for bit); with
+    more threads it sums in float32, well inside this.
     """
     bdx, bdw, bdb = ln_backward_bounds(dy, x, weight, bias, eps, x.dtype, None if weight is None else weight.dtype)
     xd, dyd = x.detach().double().cpu().numpy(), dy.detach().double().cpu().numpy()
@@ -338,7 +341,8 @@ def ln_family_backward_bounds(dy, x, weight, bias, eps, extra_low=0, w_low_rows=
     env = r * (np.abs(g) + np.abs(g).mean(-1, keepdims=True) + np.abs(xhat) * np.abs(g * xhat).mean(-1, keepdims=True))
     bdx = bdx + extra_low * _u(x.dtype) * env
     if w_low_rows and bdw is not None:
-        bdw = bdw + (gamma(n + 2, _u(weight.dtype)) + extra_low * _u(x.dtype)) * np.abs(dyd * xhat).reshape(n, d).sum(0)
+        u_rows = max(_u(x.dtype), _u(weight.dtype))
+        bdw = bdw + (gamma(n + 2, u_rows) + extra_low * _u(x.dtype)) * np.abs(dyd * xhat).reshape(n, d).sum(0)
     if w_low_rows and bdb is not None:
-        bdb = bdb + gamma(n + 2, _u(bias.dtype)) * np.abs(dyd).reshape(n, d).sum(0)
+        bdb = bdb + gamma(n + 2, max(_u(x.dtype), _u(bias.dtype))) * np.abs(dyd).reshape(n, d).sum(0)
     return bdx, bdw, bdb

@@ -209,3 +209,16 @@ def test_norm_cases_and_check_case_run_one_case_each():
     assert check_case(U.gemma_rms_norm, cases[0]).ok
     with pytest.raises(NormCheckFailed, match="DIFFER"):
         check_case(U.rounds_before_gain, cases[1])
+
+
+def test_torch_layer_norm_passes_the_kit_with_one_thread():
+    """torch's one-thread CPU LayerNorm backward sums the rows of a float32 gain's gradient in bfloat16; the
+    kit's gradient bound charges that, so the function people call passes on a one-core CI runner too."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        report = check_norm(lambda x, w, b, eps: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, eps),
+                            model="gpt_neox", dtypes=("bf16", "fp32"))
+    finally:
+        torch.set_num_threads(before)
+    assert report.ok and any(c.grad_ratio is not None for c in report.results)

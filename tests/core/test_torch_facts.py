@@ -74,3 +74,42 @@ def test_inductor_drops_the_llama_rounding_unless_told_to_emulate_it():
     torch._dynamo.reset()
     assert not torch.equal(results[False], eager), "Inductor kept the intermediate rounding: update the pages"
     assert torch.equal(results[True], eager)
+
+
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_one_thread_layer_norm_backward_sums_rows_in_the_inputs_dtype(one_thread, dtype):
+    """With one thread, torch's CPU LayerNorm backward adds each row's contribution to a float32 gain's and
+    bias's gradients in the input's dtype (one rounding per row), not in float32. The kit's and the tests'
+    LayerNorm gradient bound (tolerances.ln_family_backward_bounds, w_low_rows) charges that rounding."""
+    from reference_impl import oracle as O
+    from reference_impl import tolerances as T
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 4, 64, generator=g, dtype=torch.float64).to(dtype)
+    w = (1 + 0.5 * torch.randn(64, generator=g, dtype=torch.float64)).float().requires_grad_(True)
+    b = (0.1 * torch.randn(64, generator=g, dtype=torch.float64)).float().requires_grad_(True)
+    xx = x.clone().requires_grad_(True)
+    y = F.layer_norm(xx, (64,), w, b, 1e-5)
+    dy = torch.randn(y.shape, generator=g, dtype=torch.float64).to(dtype)
+    gx, gw, gb = torch.autograd.grad(y, [xx, w, b], dy)
+    xf = x.float()
+    xhat = (xf - xf.mean(-1, keepdim=True)) * torch.rsqrt(xf.var(-1, unbiased=False, keepdim=True) + 1e-5)
+    acc_w, acc_b = torch.zeros(64, dtype=dtype), torch.zeros(64, dtype=dtype)
+    for dyr, xr in zip(dy.float().reshape(-1, 64), xhat.reshape(-1, 64)):
+        acc_w = (acc_w.float() + dyr * xr).to(dtype)
+        acc_b = (acc_b.float() + dyr).to(dtype)
+    assert gw.dtype == torch.float32 and torch.equal(gw, acc_w.float()) and torch.equal(gb, acc_b.float())
+    assert not torch.equal(gw, (dy.float() * xhat).reshape(-1, 64).sum(0))   # a float32 sum differs
+    dx64, dw64, db64 = O.layer_norm_backward(dy.double().numpy(), x.double().numpy(), w.detach().double().numpy(),
+                                             b.detach().double().numpy(), 1e-5)
+    bdx, bdw, bdb = T.ln_family_backward_bounds(dy, x, w.detach(), b.detach(), 1e-5, extra_low=2, w_low_rows=True)
+    for got, want, bound in ((gx, dx64, bdx), (gw, dw64, bdw), (gb, db64, bdb)):
+        assert (abs(got.double().numpy() - want) <= bound).all()
