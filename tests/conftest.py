@@ -207,6 +207,18 @@ def pytest_sessionfinish(session, exitstatus):
         _write(SITE_FILE, site, meta, full)
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """A test that sets torch's thread count (a study's quick run sets one thread) leaves it as it found it,
+    so that what runs after it does not depend on the order the xdist workers picked."""
+    import torch
+
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)
+
+
 @pytest.fixture
 def rng():
     import numpy as np
