@@ -34,22 +34,36 @@ def test_cpu_rms_norm_is_the_decomposition_bit_for_bit(dtype):
     assert torch.equal(F.rms_norm(x, (257,), w, 1e-6), cv.rms_norm(x, w, 1e-6, convention="torch"))
 
 
+_WEIGHT_DTYPE_PROBE = """
+import warnings, torch, torch.nn.functional as F
+x = torch.randn(4, 64).to(torch.bfloat16)
+w = torch.ones(64, dtype=torch.float32)
+with warnings.catch_warnings(record=True) as same:
+    warnings.simplefilter("always")
+    F.rms_norm(x, (64,), w.to(torch.bfloat16), 1e-6)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    y = F.rms_norm(x, (64,), w, 1e-6)
+print(repr(([str(c.message) for c in caught], [str(c.message) for c in same], str(y.dtype))))
+"""
+
+
 @pytest.mark.guards("conformance.torch_weight_dtype")
 def test_a_weight_of_another_dtype_skips_the_fused_path_with_a_warning():
     """bfloat16 activations with a float32 weight: torch warns that it cannot take the fused kernel, and
-    the output keeps the activations' dtype (the gain is applied in float32, then one cast)."""
-    x = torch.randn(4, 64).to(torch.bfloat16)
-    w = torch.ones(64, dtype=torch.float32)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        y = F.rms_norm(x, (64,), w, 1e-6)
-    assert any("Cannot dispatch to fused implementation" in str(c.message) for c in caught), \
-        [str(c.message) for c in caught]
-    assert y.dtype == torch.bfloat16
-    with warnings.catch_warnings(record=True) as same:
-        warnings.simplefilter("always")
-        F.rms_norm(x, (64,), w.to(torch.bfloat16), 1e-6)
-    assert not any("fused implementation" in str(c.message) for c in same), "same dtypes: no warning"
+    the output keeps the activations' dtype (the gain is applied in float32, then one cast). torch warns
+    once per process, so the probe runs in a fresh interpreter: an earlier call in this one (another test
+    in the same worker) would have used the warning up."""
+    import ast
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _WEIGHT_DTYPE_PROBE], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    caught, same, dtype = ast.literal_eval(proc.stdout.strip().splitlines()[-1])
+    assert any("Cannot dispatch to fused implementation" in m for m in caught), caught
+    assert dtype == "torch.bfloat16"
+    assert not any("fused implementation" in m for m in same), "same dtypes: no warning"
 
 
 @pytest.mark.guards("conformance.compile_casts")
