@@ -209,14 +209,16 @@ def pytest_sessionfinish(session, exitstatus):
 
 @pytest.fixture(autouse=True)
 def _torch_threads_restored():
-    """A test that sets torch's thread count (a study's quick run sets one thread) leaves it as it found it,
-    so that what runs after it does not depend on the order the xdist workers picked."""
+    """A test that sets torch's thread count (a study's quick run sets one thread) or its default dtype leaves
+    them as it found them, so that what runs after it does not depend on the order the xdist workers picked."""
     import torch
 
-    before = torch.get_num_threads()
+    before, dtype = torch.get_num_threads(), torch.get_default_dtype()
     yield
     if torch.get_num_threads() != before:
         torch.set_num_threads(before)
+    if torch.get_default_dtype() != dtype:
+        torch.set_default_dtype(dtype)
 
 
 @pytest.fixture
