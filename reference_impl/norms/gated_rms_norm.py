@@ -1,6 +1,6 @@
 """Gated RMSNorm: an RMSNorm whose output is multiplied by an activation of a second input, the gate.
 
-Three casting orders are in use in transformers 5.24, and they differ in the last bits:
+Four casting orders are in use in transformers 5.24, and they differ in the last bits:
 
 - ``gated_rms_norm.qwen3_next``, the gate after the normalization, rounded before the gain:
   ``y = round_x( round_x(x * rsqrt(mean(x**2) + eps)) * w * act(gate) )`` with the statistics and the gate
@@ -16,6 +16,10 @@ Three casting orders are in use in transformers 5.24, and they differ in the las
   promoted dtype (transformers, models/mamba2/modeling_mamba2.py, ``MambaRMSNormGated``; the same code in
   bamba, granitemoehybrid, nemotron_h and zamba2). Here the gate changes what eps does: it scales x before
   the mean square is taken.
+- ``gated_rms_norm.falcon_h1``, the gate before the normalization with no rounding before the gain:
+  ``x * silu(gate)`` in float32, one RMS per group, times the gain, all in float32, one rounding to x's
+  dtype at the end (transformers, models/falcon_h1/modeling_falcon_h1.py, ``FalconH1RMSNormGated`` built
+  with ``norm_before_gate=False``, as ``FalconH1Mixer`` builds it from ``config.mamba_norm_before_gate``).
 
 ``activation`` is ``"silu"`` (``z * sigmoid(z)``) or ``"sigmoid"``: the models pick it per class. All three
 compute in float32 whatever x's dtype (float64 input too, as the model code does); a float64 twin of each
@@ -28,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._checks import check_eps, check_input, check_param
+from .._checks import check_eps, check_input, check_param, eps_limit
 from . import gated_formulas as GF
 from ._bounds import rms_like, u
 from .spec import BadInput, NormSpec, NotApplicable, common_bad, gain, randn, replace_input, set_param
@@ -54,12 +58,13 @@ def _check(x, weight, gate, eps, activation, groups=1):
         raise TypeError("weight must be a torch.Tensor: the gated norms of these models always have a gain")
     check_param(weight, x, "weight")
     if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
+        raise ValueError(f"unknown activation {activation!r}; the known ones are {', '.join(ACTIVATIONS)}")
     if isinstance(groups, bool) or not isinstance(groups, int) or groups < 1:
         raise ValueError(f"groups must be a positive int, got {groups!r}")
     if x.shape[-1] % groups:
         raise ValueError(f"the last dimension of x ({x.shape[-1]}) is not divisible by groups={groups}")
-    return check_eps(eps)
+    # every order adds eps to a float32 mean square: float32's largest value is the most it can add
+    return check_eps(eps, max_value=eps_limit(torch.float32))
 
 
 # ------------------------------------------------------------------ the math (compute dtype as a parameter)
@@ -71,11 +76,17 @@ def _after_gate(x, weight, gate, eps, activation, round_first, cd):
     return (h * _act(activation, gate.to(cd))).to(x.dtype)
 
 
-def _before_gate(x, weight, gate, eps, groups, cd):
-    xf = x.to(cd) * torch.nn.functional.silu(gate.to(cd))
+def _before_gate(x, weight, gate, eps, groups, cd, round_first=True):
+    if round_first:  # Mamba-2 casts x first; Falcon-H1 multiplies x as it is (a float64 x: a float64 product)
+        xf = x.to(cd) * torch.nn.functional.silu(gate.to(cd))
+    else:
+        xf = (x * torch.nn.functional.silu(gate.to(cd))).to(cd)
     xg = xf.reshape(*xf.shape[:-1], groups, xf.shape[-1] // groups)
     h = (xg * torch.rsqrt(xg.pow(2).mean(-1, keepdim=True) + eps)).reshape(xf.shape)
-    return weight * h.to(x.dtype)
+    if round_first:
+        return weight * h.to(x.dtype)
+    # the gain in its own dtype times the float32 row (promoted), then one rounding to x's dtype
+    return (weight * h).to(x.dtype)
 
 
 def qwen3_next_gated_rms_norm(x, weight, gate, eps=1e-6, activation="silu"):
@@ -97,6 +108,14 @@ def mamba2_gated_rms_norm(x, weight, gate, eps=1e-6, groups=1):
     inside the root), round to x's dtype, then times ``weight`` (promoted dtype)."""
     eps = _check(x, weight, gate, eps, "silu", groups)
     return _before_gate(x, weight, gate, eps, groups, torch.float32)
+
+
+def falcon_h1_gated_rms_norm(x, weight, gate, eps=1e-6, groups=1):
+    """Falcon-H1's order with ``mamba_norm_before_gate=False``: ``x * silu(gate)`` in float32, one RMS per
+    group of ``d // groups`` features (eps inside the root), times ``weight``, all in float32, then one
+    rounding to x's dtype."""
+    eps = _check(x, weight, gate, eps, "silu", groups)
+    return _before_gate(x, weight, gate, eps, groups, torch.float32, round_first=False)
 
 
 # ------------------------------------------------------------------ oracle, bound, inputs
@@ -122,18 +141,37 @@ def _oracle_before(x, weight, gate, eps, groups):
     return _normalized64(x * _act64("silu", gate), eps, groups) * weight
 
 
-def _bound(oracle, group_of):
+def _eta(dtype) -> float:
+    """Half the smallest positive subnormal of ``dtype``: the absolute error a rounding to nearest can add
+    below the normal range (fl(a) = a (1 + delta) + eta, |delta| <= u, |eta| <= this)."""
+    return float(torch.finfo(dtype).tiny) * u(dtype)
+
+
+def _bound(oracle, group_of, *, promoted_out=False, rounds_normalized=False):
     """|err| <= the RMS analysis of the normalization (float32 statistics, output in x's dtype) plus the
     roundings after it: the normalized rows to x's dtype, a gain product in x's dtype when the gain is stored
     there, the activation and the gate product in float32 (a few float32 roundings; 8 u_32 covers silu's
-    exp, divide and product), the final rounding. Charged against |y|."""
+    exp, divide and product), the final rounding. Charged against |y|.
+
+    The subnormal floor: an order that rounds the normalized row to x's dtype before the gain
+    (``rounds_normalized``: Qwen3-Next, Mamba-2) adds up to eta_x (half of x's smallest subnormal) to each
+    normalized element, which the gain (and the gate's activation, gate after) then multiplies: eta_x |w| |a|,
+    plus eta_x |a| for a gain product taken in x's dtype. A float16 row whose gated input is tiny next to
+    its RMS lands there (tests/core/test_gated_norms.py shows a case the relative terms alone miss). The
+    float32 steps add the same with eta_32 (4 of them at most); the final rounding's floor is in rms_like."""
     def bound(inputs, params):
         x, w = inputs["x"], inputs["weight"]
         args = {k: v.detach().double().numpy() for k, v in inputs.items()}
         y = np.abs(oracle(**args, **params))
-        out = torch.promote_types(x.dtype, w.dtype) if oracle is _oracle_before else x.dtype
+        out = torch.promote_types(x.dtype, w.dtype) if promoted_out else x.dtype
         extra = 2 * u(x.dtype) + u(out) + 8 * u(torch.float32)
-        return rms_like(y, group_of(x.shape[-1], params), x.dtype, out, compute=torch.float32) + extra * y
+        total = rms_like(y, group_of(x.shape[-1], params), x.dtype, out, compute=torch.float32) + extra * y
+        wa = np.abs(args["weight"])
+        a = np.abs(_act64(params["activation"], args["gate"])) if "activation" in params else 1.0
+        floor = 4 * _eta(torch.float32) * (wa + 1.0) * a
+        if rounds_normalized:
+            floor = floor + _eta(x.dtype) * (wa + float(w.dtype == x.dtype)) * a
+        return total + floor * (1.0 + 16 * u(torch.float32))
     return bound
 
 
@@ -151,6 +189,10 @@ def _twin_after(round_first):
 
 def _twin_before(x, weight, gate, eps, groups):
     return _before_gate(x, weight, gate, eps, groups, torch.float64)
+
+
+def _twin_before_float32_gain(x, weight, gate, eps, groups):
+    return _before_gate(x, weight, gate, eps, groups, torch.float64, round_first=False)
 
 
 # ------------------------------------------------------------------ the entries
@@ -183,14 +225,16 @@ _BEFORE = dict(oracle=_oracle_before, group_of=lambda d, p: d // p["groups"],
 
 
 def _entry(name, title, source, reference, gate, *, params, twin, conventions, rank, says, formulas, families=(),
-           match_fixed=None):
+           match_fixed=None, promoted_out=False, rounds_normalized=False):
     """One gated entry from what sets it apart: its name, title and citation, its reference, the gate's
     placement (``_AFTER`` or ``_BEFORE``), its parameters, float64 twin, conventions, rank among the matching
     candidates, the sentence matching says of it and its registry formulas (``(ids, builder)``, from
-    :mod:`reference_impl.norms.gated_formulas`). Inputs, gradients, bad calls and page are shared."""
+    :mod:`reference_impl.norms.gated_formulas`); ``promoted_out`` / ``rounds_normalized`` as in
+    :func:`_bound`. Inputs, gradients, bad calls and page are shared."""
     return NormSpec(
         name=name, title=title, source=source, reference=reference, oracle=gate["oracle"],
-        bound=_bound(gate["oracle"], gate["group_of"]), make_inputs=_inputs, params=params,
+        bound=_bound(gate["oracle"], gate["group_of"], promoted_out=promoted_out,
+                     rounds_normalized=rounds_normalized), make_inputs=_inputs, params=params,
         conventions=conventions, families=families, grads=("x", "weight", "gate"), float64_exact=False,
         grad_twin=twin, bad_inputs=_BAD + (gate["bad"],), page=PAGE, match_kind="gated_rms",
         match_run=_match(reference, **(match_fixed or {})), match_variants=gate["variants"], match_rank=rank,
@@ -203,6 +247,7 @@ SPECS = (
            _T.format("qwen3_next", "Qwen3NextRMSNormGated"), qwen3_next_gated_rms_norm, _AFTER,
            params={"eps": 1e-6, "activation": "silu"}, twin=_twin_after(True),
            conventions=("rounded before the gain", "gate after"), families=("Qwen3-Next",), rank=10,
+           rounds_normalized=True,
            formulas=(GF.after_ids("silu"), lambda: GF.after_formulas("silu")),
            says="normalizes in float32, rounds to x's dtype, multiplies by the gain and by the gate's activation "
                 "in float32, then rounds once: Qwen3-Next's gated order"),
@@ -217,7 +262,15 @@ SPECS = (
            _T.format("mamba2", "MambaRMSNormGated") + "; Dao and Gu, arXiv:2405.21060", mamba2_gated_rms_norm,
            _BEFORE, params={"eps": 1e-6, "groups": 1}, twin=_twin_before,
            conventions=("rounded before the gain", "gate before"), families=("Mamba-2",), rank=12,
+           promoted_out=True, rounds_normalized=True,
            formulas=(GF.before_ids(), GF.before_formulas),
            says="multiplies x by silu(gate) in float32, normalizes, rounds to x's dtype, then multiplies by the "
                 "gain: Mamba-2's order, the gate before the normalization", match_fixed={"groups": 1}),
+    _entry("gated_rms_norm.falcon_h1", "Gated RMSNorm, gate before the norm, all in float32 (Falcon-H1)",
+           _T.format("falcon_h1", "FalconH1RMSNormGated, norm_before_gate=False"), falcon_h1_gated_rms_norm,
+           _BEFORE, params={"eps": 1e-6, "groups": 1}, twin=_twin_before_float32_gain,
+           conventions=("float32 gain", "gate before"), rank=13,
+           formulas=(GF.before_ids(), None),  # Mamba-2's math, rounded otherwise: its formulas, built once there
+           says="multiplies x by silu(gate), normalizes and multiplies by the gain, all in float32, then rounds "
+                "once: Falcon-H1's order with the gate before the normalization", match_fixed={"groups": 1}),
 )

@@ -17,7 +17,8 @@ from .cohere import cohere_layer_norm
 from .deepseek_v4 import deepseek_v4_rms_norm
 from .eps_outside import rms_norm_eps_outside
 from .fused_add import llama_add_rms_norm
-from .gated import kimi_linear_gated_rms_norm, mamba2_gated_rms_norm, qwen3_next_gated_rms_norm
+from .gated import (falcon_h1_gated_rms_norm, kimi_linear_gated_rms_norm, mamba2_gated_rms_norm,
+                    qwen3_next_gated_rms_norm)
 from .gemma import gemma_rms_norm
 from .l2_norm import l2_norm, llama4_l2_norm
 from .layer_norm import reference_layer_norm
@@ -50,6 +51,7 @@ BY_CATALOG = {
     "gated_rms_norm.qwen3_next": "qwen3_next_gated_rms_norm",
     "gated_rms_norm.kimi_linear": "kimi_linear_gated_rms_norm",
     "gated_rms_norm.mamba2": "mamba2_gated_rms_norm",
+    "gated_rms_norm.falcon_h1": "falcon_h1_gated_rms_norm",
     "rms_norm.deepseek_v4": "deepseek_v4_rms_norm",
     "rms_norm.imagegpt": "imagegpt_rms_norm",
     "layer_norm.x_dtype": "x_dtype_layer_norm",
@@ -64,6 +66,7 @@ _FILES = {
     "qwen3_qk_norm": "qk_norm", "gemma3_qk_norm": "qk_norm", "olmo2_qk_norm": "qk_norm",
     "llama4_l2_norm": "l2_norm", "l2_norm": "l2_norm", "llama_add_rms_norm": "fused_add",
     "qwen3_next_gated_rms_norm": "gated", "kimi_linear_gated_rms_norm": "gated", "mamba2_gated_rms_norm": "gated",
+    "falcon_h1_gated_rms_norm": "gated",
     "deepseek_v4_rms_norm": "deepseek_v4", "imagegpt_rms_norm": "low_precision",
     "x_dtype_layer_norm": "low_precision", "deberta_layer_norm": "low_precision",
 }

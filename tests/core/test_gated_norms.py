@@ -213,3 +213,85 @@ def test_low_precision_entries_equal_imagegpt_pocket_tts_gradium_and_deberta():
                 _same(fn(*args, kw["eps"]), want, label + " (standalone)")
             n += 1
         assert n >= len(DTYPES) * len(SHAPES) * len(SCALES), f"{name}: only {n} cases"
+
+
+@pytest.mark.guards("norm.gated_rms_norm.falcon_h1", "snippet:standalone.falcon_h1_gated_rms_norm")
+@pytest.mark.parametrize("groups", [1, 2, 3])
+def test_gate_before_float32_entry_equals_falcon_h1_with_the_gate_before_the_norm(groups):
+    """The fourth order: ``FalconH1RMSNormGated(norm_before_gate=False)`` (what ``FalconH1Mixer`` builds when
+    the config says ``mamba_norm_before_gate=False``), bit for bit, and not the Mamba-2 order."""
+    folder = "falcon_h1"
+    cls = _cls(folder, "FalconH1RMSNormGated")
+    import inspect
+    assert "norm_before_gate=config.mamba_norm_before_gate" in inspect.getsource(
+        importlib.import_module(f"transformers.models.{folder}.modeling_{folder}").FalconH1Mixer).replace(" ", "")
+    n = _equal_to_classes("gated_rms_norm.falcon_h1", sa.falcon_h1_gated_rms_norm, [("FalconH1RMSNormGated", folder, groups)],
+                          module_kw=lambda shape: {"n_groups": groups, "norm_before_gate": False},
+                          skip=lambda name, wd, shape: shape[-1] % groups != 0)
+    assert n >= 7 * 2 * len(SCALES)
+    x, w, z = _t((64, 96), torch.bfloat16, 1.0, 5), _t((96,), torch.float32, 0.5, 6, 1.0), _t((64, 96), torch.bfloat16, 3.0, 7)
+    mamba = CATALOG["gated_rms_norm.mamba2"].reference(x, w, z, 1e-6, groups).to(torch.bfloat16)
+    assert not torch.equal(CATALOG["gated_rms_norm.falcon_h1"].reference(x, w, z, 1e-6, groups), mamba)
+    with torch.no_grad():
+        m = _module(cls, w, eps=1e-6, n_groups=groups, norm_before_gate=False)
+        assert not torch.equal(m(x, gate=z), mamba)
+
+
+GATED = ("gated_rms_norm.qwen3_next", "gated_rms_norm.kimi_linear", "gated_rms_norm.mamba2", "gated_rms_norm.falcon_h1")
+
+
+@pytest.mark.parametrize("entry", GATED)
+@pytest.mark.parametrize("eps", [1e39, float("inf"), -1e-6, float("nan")])
+def test_gated_norms_refuse_an_eps_float32_cannot_add(entry, eps):
+    """eps goes into a float32 mean square: one above float32's largest value (1e39) would give zeros, so it
+    is refused as the other norms refuse it, with the word eps in the message."""
+    spec = CATALOG[entry]
+    inputs = spec.sample((3, 6), torch.float32)
+    with pytest.raises(ValueError, match="eps"):
+        spec.run_reference(inputs, eps=eps)
+    assert torch.isfinite(spec.run_reference(inputs, eps=3e38)).all()  # the largest float32 still runs
+
+
+@pytest.mark.parametrize("fn", ["qwen3_next_gated_rms_norm", "kimi_linear_gated_rms_norm"])
+@pytest.mark.parametrize("activation", ["SiLU", "gelu", "Sigmoid", ""])
+def test_unknown_activations_are_refused_with_the_known_ones(fn, activation):
+    x, w, z = _t((3, 6), torch.float32, 1.0, 1), _t((6,), torch.float32, 0.5, 2, 1.0), _t((3, 6), torch.float32, 3.0, 3)
+    for f in (getattr(sa, fn), CATALOG[{v: k for k, v in sa.BY_CATALOG.items()}[fn]].reference):
+        with pytest.raises(ValueError, match="known ones are silu, sigmoid"):
+            f(x, w, z, 1e-6, activation)
+
+
+def _subnormal_edge_case():
+    """A float16 row whose gated input is tiny next to its RMS in all features but one: the normalized
+    values (about 7e-6) lie below float16's normal range (6.1e-5), where rounding to float16 has an absolute
+    error up to 2^-25 that no relative term covers, and a large float32 gain carries it to the output."""
+    d = 8
+    x = torch.full((1, d), 1e-5, dtype=torch.float16)
+    x[0, 0] = 4.0
+    gate = torch.full((1, d), 4.0, dtype=torch.float16)
+    w = torch.full((d,), 1000.0, dtype=torch.float32)
+    w[1:] = torch.linspace(900.0, 1100.0, d - 1)
+    return {"x": x, "weight": w, "gate": gate}
+
+
+@pytest.mark.guards("norm.gated_rms_norm.mamba2")
+def test_mamba2_bound_holds_at_the_float16_subnormal_edge_and_needs_the_floor():
+    spec = CATALOG["gated_rms_norm.mamba2"]
+    inputs = _subnormal_edge_case()
+    params = spec.params
+    args = {k: v.double().numpy() for k, v in inputs.items()}
+    want = spec.oracle(**args, **params)
+    err = abs(spec.run_reference(inputs).double().numpy() - want)
+    bound = spec.bound(inputs, params)
+    assert (err <= bound).all(), (err, bound)
+    # what the rounding to float16's subnormals adds: half of float16's smallest subnormal times the gain
+    eta = float(torch.finfo(torch.float16).tiny) * 2.0 ** -11
+    assert eta == 2.0 ** -25
+    floor = eta * args["weight"]
+    relative = bound - floor * (1 + 16 * 2.0 ** -24) - 4 * float(torch.finfo(torch.float32).tiny) * 2.0 ** -24 * (args["weight"] + 1) * (1 + 16 * 2.0 ** -24)
+    assert (err > relative).any(), "the case does not reach the floor: it tests nothing"
+    # the transformers class gives the same bits, so a correct implementation is inside the bound
+    cls = _cls("mamba2", "MambaRMSNormGated")
+    m = _module(cls, inputs["weight"], eps=1e-6, group_size=8)
+    with torch.no_grad():
+        assert torch.equal(m(inputs["x"], gate=inputs["gate"]), spec.run_reference(inputs))
