@@ -63,13 +63,24 @@ def _dtype(v) -> torch.dtype:
 def plan(target: Target, dtypes=DTYPES, weight_dtypes=None, widths=WIDTHS, scales=SCALES, residual=False,
          device="cpu", seed=0) -> list[Case]:
     """Every input of a check: each x dtype with each gain dtype (default: x's own half dtype, as a
-    checkpoint stores it, and float32), odd and even widths, each scale; plus, per dtype pair, x as a strided
-    view and as a 3-d ``(2, 2, d)`` tensor (a QK-norm's ``(tokens, heads, head_dim)``)."""
+    checkpoint stores it, and float32; ``"x"``: the gain in x's dtype), odd and even widths, each scale;
+    plus, per dtype pair, x as a strided view and as a 3-d ``(2, 2, d)`` tensor (a QK-norm's
+    ``(tokens, heads, head_dim)``)."""
     cases = []
     bias = target.bias
+    if isinstance(weight_dtypes, str):  # "x": the gain in x's dtype; "fp32"; "bf16,fp32"
+        weight_dtypes = [w.strip() for w in weight_dtypes.split(",") if w.strip()]
+    if isinstance(dtypes, str):
+        dtypes = [d.strip() for d in dtypes.split(",") if d.strip()]
+    dtypes = list(dtypes)
+    if not dtypes:
+        raise ValueError("dtypes is empty: give at least one of bf16, fp16, fp32, fp64")
+    if weight_dtypes is not None and not list(weight_dtypes):
+        raise ValueError("weight_dtypes is empty: give 'x' (the gain in x's dtype) or dtypes such as bf16, fp32")
     for dt in map(_dtype, dtypes):
-        wdts = [_dtype(w) for w in weight_dtypes] if weight_dtypes is not None else \
+        wdts = [dt if w == "x" else _dtype(w) for w in weight_dtypes] if weight_dtypes is not None else \
             ([dt, torch.float32] if dt in (torch.float16, torch.bfloat16) else [dt])
+        wdts = list(dict.fromkeys(wdts))
         for wdt in wdts:
             probes = M.make_probes(widths, [dt], [wdt], gain=target.gain, bias=bias, eps=target.eps, scales=scales,
                                    seed=seed, residual=residual)
@@ -103,21 +114,37 @@ def _fn_name(fn) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
 
+def module_for(fn: torch.nn.Module, p: M.Probe, target: Target, weight=None, requires_grad=False):
+    """A copy of the module ``fn`` holding the probe's weight (and bias) in its own parameters, in the
+    probe's dtypes, and the model's eps; returns ``(module, [its weight, its bias])`` (the parameters the
+    gradients are taken through)."""
+    m = copy.deepcopy(fn)
+    w = p.weight if weight is None else weight
+    params = []
+    for name, t in (("weight", w), ("bias", p.bias)):
+        if t is None:
+            continue
+        mine = getattr(m, name, None)
+        if not isinstance(mine, torch.Tensor):
+            raise TypeError(f"the module {type(fn).__name__} has no tensor {name!r}, but {target.name}'s norm has one")
+        with torch.no_grad():
+            mine.data = t.detach().clone()
+        if isinstance(mine, torch.nn.Parameter):
+            mine.requires_grad_(requires_grad)
+        params.append(mine)
+    for attr in _EPS_ATTRS:
+        if isinstance(getattr(m, attr, None), float):
+            setattr(m, attr, p.eps)
+    return m, params
+
+
 def call(fn, p: M.Probe, target: Target, residual=False, x=None, weight=None):
     """Call ``fn`` on a probe by the protocol of the module docstring (``x``/``weight`` replace the probe's,
     e.g. by tensors that require grad)."""
     x = p.x if x is None else x
     w = p.weight if weight is None else weight
     if isinstance(fn, torch.nn.Module):
-        m = copy.deepcopy(fn)
-        for name, t in (("weight", w), ("bias", p.bias)):
-            if t is not None:
-                if getattr(m, name, None) is None:
-                    raise TypeError(f"the module {type(fn).__name__} has no {name!r}, but {target.name}'s norm has one")
-                setattr(m, name, torch.nn.Parameter(t, requires_grad=t.requires_grad))
-        for attr in _EPS_ATTRS:
-            if isinstance(getattr(m, attr, None), float):
-                setattr(m, attr, p.eps)
+        m, _ = module_for(fn, p, target, w)
         return m(x, p.residual) if residual else m(x)
     if residual:
         return fn(x, p.residual, w, p.eps)
@@ -218,25 +245,12 @@ class _BackwardError(Exception):
     """The function's own backward raised."""
 
 
-def _grads(fn, target: Target, p: M.Probe, residual: bool) -> tuple[float | None, str | None]:
-    """The largest gradient error over its bound (dx and the weight's gradient), against float64."""
+def reference_grads(target: Target, p: M.Probe, dy) -> list:
+    """The float64 gradients of the target's math on a probe and their derived bounds:
+    ``[(dx, bound), (dweight, bound), (dbias, bound)]`` (None where the norm has no such input)."""
     from .. import oracle as O
     from .. import tolerances as T
 
-    if residual or target.kind == "l2":
-        return None, "gradients are checked for RMSNorm and LayerNorm only"
-    x = p.x.detach().clone().requires_grad_(True)
-    w = None if p.weight is None else p.weight.detach().clone().requires_grad_(True)
-    y = call(fn, p, target, residual, x=x, weight=w)
-    if not isinstance(y, torch.Tensor) or not y.requires_grad:
-        return None, "not differentiable (the output does not require grad)"
-    g = torch.Generator().manual_seed(11)
-    dy = torch.randn(y.shape, generator=g, dtype=torch.float64).to(y.dtype).to(y.device)
-    want = [x] + ([w] if w is not None else [])
-    try:
-        got = torch.autograd.grad(y, want, dy, allow_unused=True)
-    except Exception as exc:  # the function's backward
-        raise _BackwardError(f"{type(exc).__name__}: {exc}") from exc
     xd, dyd = p.x.detach().cpu().double().numpy(), dy.detach().cpu().double().numpy()
     if target.kind == "rms":
         eff = p.effective_gain()
@@ -245,14 +259,49 @@ def _grads(fn, target: Target, p: M.Probe, residual: bool) -> tuple[float | None
         bdx, bdw = T.convention_backward_bounds(dy.cpu(), p.x.cpu(), None if p.weight is None else p.weight.cpu(),
                                                 p.eps, target.convention, target.placement, extra_low=2,
                                                 w_low_rows=True)
-    else:
-        b = None if p.bias is None else p.bias.cpu()
-        dx64, dw64, _ = O.layer_norm_backward(dyd, xd, p.weight.cpu().double().numpy(),
-                                              None if b is None else b.double().numpy(), p.eps)
-        bdx, bdw, _ = T.ln_family_backward_bounds(dy.cpu(), p.x.cpu(), p.weight.cpu(), b, p.eps,
-                                                  extra_low=2, w_low_rows=True)
+        return [(dx64, bdx), (dw64, bdw), (None, None)]
+    b = None if p.bias is None else p.bias.cpu()
+    dx64, dw64, db64 = O.layer_norm_backward(dyd, xd, p.weight.cpu().double().numpy(),
+                                             None if b is None else b.double().numpy(), p.eps)
+    bdx, bdw, bdb = T.ln_family_backward_bounds(dy.cpu(), p.x.cpu(), p.weight.cpu(), b, p.eps,
+                                                extra_low=2, w_low_rows=True)
+    return [(dx64, bdx), (dw64, bdw), (db64, bdb)]
+
+
+def grad_call(fn, p: M.Probe, target: Target, residual: bool):
+    """``run(x, weight) -> (y, params)``: the function's output and the tensors its gain (and bias)
+    gradients are taken through: for an ``nn.Module`` its own parameters, else the weight given (and the
+    probe's bias, made to require grad)."""
+    def run(x, w):
+        if isinstance(fn, torch.nn.Module):
+            m, params = module_for(fn, p, target, w, requires_grad=True)
+            return (m(x, p.residual) if residual else m(x)), params
+        b = None if p.bias is None else p.bias.detach().clone().requires_grad_(True)
+        q = M.Probe(p.x, p.weight, b, p.eps, p.label, p.gain, p.residual, p.scale, p.gate)
+        return call(fn, q, target, residual, x=x, weight=w), [t for t in (w, b) if t is not None]
+    return run
+
+
+def _grads(fn, target: Target, p: M.Probe, residual: bool) -> tuple[float | None, str | None, str | None]:
+    """The largest gradient error over its bound (dx, the weight's and the bias's gradients), against
+    float64: ``(ratio, note, problem)``; a gradient that does not reach an input is a problem."""
+    if residual or target.kind == "l2":
+        return None, "gradients are checked for RMSNorm and LayerNorm only", None
+    x = p.x.detach().clone().requires_grad_(True)
+    w = None if p.weight is None else p.weight.detach().clone().requires_grad_(True)
+    y, params = grad_call(fn, p, target, residual)(x, w)
+    if not isinstance(y, torch.Tensor) or not y.requires_grad:
+        return None, None, ("no gradient: the output does not require grad (a forward-only function, or one that "
+                            "detaches its output); pass grads=False (--no-grads) to check the forward only")
+    g = torch.Generator().manual_seed(11)
+    dy = torch.randn(y.shape, generator=g, dtype=torch.float64).to(y.dtype).to(y.device)
+    try:
+        got = torch.autograd.grad(y, [x] + params, dy, allow_unused=True)
+    except Exception as exc:  # the function's backward
+        raise _BackwardError(f"{type(exc).__name__}: {exc}") from exc
     worst, missing = 0.0, []
-    for name, t, ref, b in (("dx", got[0], dx64, bdx), ("dweight", got[1] if w is not None else None, dw64, bdw)):
+    names = ("x", "weight", "bias")
+    for name, t, (ref, b) in zip(names, got, reference_grads(target, p, dy)):
         if ref is None:
             continue
         if t is None:
@@ -262,7 +311,10 @@ def _grads(fn, target: Target, p: M.Probe, residual: bool) -> tuple[float | None
         with np.errstate(invalid="ignore", divide="ignore"):
             r = np.where(err == 0, 0.0, err / b)
         worst = max(worst, float(np.nanmax(r)) if r.size else 0.0, math.inf if np.isnan(r).any() else 0.0)
-    return worst, ("no gradient for " + ", ".join(missing) if missing else None)
+    if missing:
+        return worst, None, ("no gradient reaches " + ", ".join(f"the {n}" if n != "x" else "x" for n in missing)
+                             + " (detached, or not used through autograd)")
+    return worst, None, None
 
 
 def run_case(fn, target: Target, case: Case, *, grads=True, bits=True, use_hf=True, residual=False,
@@ -332,9 +384,12 @@ def run_case(fn, target: Target, case: Case, *, grads=True, bits=True, use_hf=Tr
     res.worst_err_ulp, res.bound_ulp = c["worst_err_ulp"], c["bound_ulp"]
     if grads:
         try:
-            res.grad_ratio, res.grad_note = _grads(fn, target, p, residual)
+            res.grad_ratio, res.grad_note, problem = _grads(fn, target, p, residual)
+            res.problem = res.problem or problem
         except _BackwardError as exc:
             res.problem = f"backward raised {exc}"
+    else:
+        res.grad_note = "forward-only: gradients not checked"
     return res
 
 
@@ -365,8 +420,21 @@ def diagnose(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weight
     return M.match(lambda p: call(fn, p, target, residual), [c.probe for c in cases], kind, prefer=prefer)
 
 
+def check_device(device) -> str:
+    """``device`` as the kit accepts it ("cpu", "cuda", "cuda:N"), or a ValueError naming what it accepts."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}; the kit runs on cpu or cuda (cuda:N)") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device {device!r}: the kit runs on cpu or cuda (cuda:N), not {dev.type}")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: torch sees no CUDA device here; use cpu")
+    return str(dev)
+
+
 def check_norm(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weight_dtypes=None, device="cpu",
-               grads=True, bits=True, residual=False, widths=WIDTHS, use_hf=True, strict_dtype=True,
+               grads=True, bits=True, residual=False, widths=WIDTHS, scales=SCALES, use_hf=True, strict_dtype=True,
                raise_on_failure=True) -> Report:
     """Check ``fn`` (a function or an ``nn.Module``, called as the module docstring says) against a model's
     norm, and return a :class:`~reference_impl.check.report.Report`; raise
@@ -377,15 +445,21 @@ def check_norm(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weig
     gain storage come from the census index (or the catalog's families). ``convention``: a catalog entry
     ("rms_norm.gemma") or casting order, overriding the model's. ``eps``: overrides the model's eps.
     ``dtypes``: x dtypes; ``weight_dtypes``: gain dtypes (default per x dtype: its own half dtype and
-    float32). ``bits``: require bit-identity with the model's module (else only the float64 bound).
-    ``grads``: compare autograd gradients with float64 within the derived bound. ``residual``: ``fn`` is a
-    fused residual add + norm. ``strict_dtype``: a result in another dtype than the module's fails.
+    float32; ``"x"``: the gain in x's dtype). ``bits``: require bit-identity with the model's module (else
+    only the float64 bound). ``grads``: compare autograd gradients (through a module's own parameters) with
+    float64 within the derived bound; a gradient that does not reach x, the weight or the bias fails.
+    ``residual``: ``fn`` is a fused residual add + norm. ``strict_dtype``: a result in another dtype than
+    the module's fails. ``widths``/``scales``: the probes' row widths and the scales of x.
+    The diagnosis of a failing check is an experiment (:mod:`reference_impl.check.diagnosis`).
     """
+    from .diagnosis import explain
+
     target = resolve(model, convention, eps)
     if not callable(fn):
         raise TypeError(f"fn must be a function or an nn.Module, got {type(fn).__name__}")
+    device = check_device(device)
     hf, note = _hf_available(target, use_hf)
-    cases = plan(target, dtypes, weight_dtypes, widths, residual=residual, device=device)
+    cases = plan(target, dtypes, weight_dtypes, widths, scales=scales, residual=residual, device=device)
     results = [run_case(fn, target, c, grads=grads, bits=bits, use_hf=hf, residual=residual,
                         strict_dtype=strict_dtype) for c in cases]
     _, _, what = truth(target, cases[0].probe, residual, hf)
@@ -404,12 +478,42 @@ def check_norm(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weig
             report.match = M.match(lambda p: call(fn, p, target, residual), usable, kind, prefer=prefer)
         except Exception as exc:
             report.notes.append(f"no diagnosis: the function raised {type(exc).__name__} on an input: {exc}")
-    report.diagnosis = _diagnosis(report, target, residual)
-    grad_notes = sorted({r.grad_note for r in results if r.grad_note})
-    report.notes += [f"gradients: {n}" for n in grad_notes]
+    if report.ok:
+        report.diagnosis = _diagnosis(report, target, residual)
+    else:
+        args = ", ".join(f"{k}={v!r}" for k, v in (("model", model), ("convention", convention), ("eps", eps),
+                                                   ("residual", residual or None), ("bits", None if bits else False))
+                         if v is not None)
+        try:
+            report.findings = explain(fn, report, target, cases, residual, fn_name=_fn_name(fn), args=args,
+                                      use_hf=hf)
+        except Exception as exc:  # the diagnosis must not hide the verdict: say it failed, keep the table
+            report.notes.append(f"no diagnosis: {type(exc).__name__}: {exc}")
+            report.findings = []
+        m = report.match
+        if m is not None and m.matched and report.findings and report.findings[0].key not in _NOT_VALUES:
+            f = report.findings[0]
+            f.evidence += f"; on the contiguous inputs the function is the catalog's {m.matched}: it {m.description}"
+        report.diagnosis = "; also ".join(f.text() if i == 0 else f.sentence for i, f in enumerate(report.findings))
+    for n in sorted({r.grad_note for r in results if r.grad_note}):
+        report.notes.append(n if n.startswith("forward-only") else f"gradients: {n}")
+    _bits_hint(report)
     if raise_on_failure and not report.ok:
         raise NormCheckFailed(report)
     return report
+
+
+_NOT_VALUES = ("raises", "in_place", "nondeterministic", "shape", "output_dtype", "missing_grad")
+
+
+def _bits_hint(report: Report) -> None:
+    """A check that fails on bits alone, every case within the float64 bound, says so and how to accept it."""
+    fails = report.failures
+    if fails and all(r.problem is None and r.within_bound and r.identical is False and
+                     (r.grad_ratio is None or r.grad_ratio <= 1) for r in fails):
+        report.notes.append(f"every failing case differs from {report.truth} in its bits only: its error is within "
+                            "the float64 bound (err ulp <= bound); to accept an accurate implementation that is not "
+                            "bit-identical, pass bits=False (--no-bits, --norm-no-bits)")
 
 
 def _prefer(target: Target, residual: bool) -> list[str]:

@@ -98,6 +98,7 @@ class Report:
     match: object = None
     diagnosis: str = ""
     notes: list = field(default_factory=list)
+    findings: list = field(default_factory=list)  # diagnosis.Finding s of a failing check, the first the main one
 
     @property
     def ok(self) -> bool:
@@ -139,6 +140,7 @@ class Report:
                 "diagnosis": self.diagnosis, "notes": list(self.notes),
                 "matched": None if self.match is None else self.match.matched,
                 "closest": None if self.match is None else self.match.closest,
+                "findings": [f.key for f in self.findings],
                 "results": [{**asdict(r), "shape": list(r.shape), "ok": r.ok} for r in self.results]}
 
 

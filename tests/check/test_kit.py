@@ -39,8 +39,12 @@ def test_rounding_before_the_gain_is_caught_and_named_llamas_order():
     report, text = info.value.report, str(info.value)
     assert isinstance(info.value, AssertionError)
     assert report.match.matched == "rms_norm.llama"
-    assert "rounds before the gain: Llama's order" in report.diagnosis
-    assert "gemma3_text applies (1 + w) in float32, then rounds once" in report.diagnosis
+    assert report.findings[0].key == "rounds_before_gain"
+    assert report.diagnosis.startswith("the result is rounded to bfloat16 before the gain, where gemma3_text applies "
+                                       "the gain in float32 and rounds once")
+    assert "reproduces the function bit for bit on all" in report.diagnosis
+    assert "the catalog's rms_norm.llama: it rounds before the gain: Llama's order" in report.diagnosis
+    assert "rerun: check_norm(rounds_before_gain, model='gemma3_text', dtypes=('bf16',)" in report.diagnosis
     for column in ("dtype", "w dtype", "shape", "scale", "bits", "differ", "max ulp", "err ulp (bound)"):
         assert column in text
     half = [r for r in report.results if r.dtype in ("bf16", "fp16")]
@@ -58,7 +62,8 @@ def test_eps_outside_the_root_is_caught_on_the_tiny_rows_and_named():
     tiny = [r for r in report.results if r.scale == 1e-4]
     assert tiny and all(r.within_bound is False and r.err_ulp > 100 for r in tiny), "eps decides tiny rows"
     assert report.match.matched is None and report.match.closest == "rms_norm.gemma (eps outside)"
-    assert "eps outside the root" in report.diagnosis
+    assert report.findings[0].key == "eps_outside"
+    assert report.diagnosis.startswith("eps is added after the square root, x / (rms + eps)")
     # in bfloat16 it is the catalog's eps-outside Gemma order bit for bit
     assert "rms_norm.gemma (eps outside)" in report.match.by_dtype["bf16"]
 
