@@ -31,9 +31,11 @@ import ast
 import datetime as _dt
 import hashlib
 import importlib.metadata
+import json
 import os
 import platform
 import re
+import tempfile
 import time
 from pathlib import Path
 
@@ -277,3 +279,45 @@ def is_current(data: dict, root: Path = REPO) -> tuple[bool, str]:
         return False, (f"recorded source hash {prov['source_hash']} but the sources now hash to {now}: "
                        f"rerun {prov['command']}")
     return True, "current"
+
+
+# ------------------------------------------------------------------------------------------ writing
+
+def write_text(path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically: into a temporary file in the same directory, flushed to
+    disk, then moved over ``path`` with :func:`os.replace`. A reader, or a run that crashes half way, sees the
+    old file or the new one, never half of one. The directory must exist (FileNotFoundError names it)."""
+    path = Path(path)
+    folder = path.parent
+    if not folder.is_dir():
+        raise FileNotFoundError(f"cannot write {path}: the directory {folder} does not exist")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json(path, data, *, indent: int = 1, sort_keys: bool = False, allow_nan: bool = True) -> Path:
+    """A data file or index as every study writes it (``json.dumps(data, indent=1)`` and a final newline),
+    atomically through :func:`write_text`. The JSON is built in full before anything is written, so a value
+    that cannot be serialised leaves the old file as it was."""
+    return write_text(path, json.dumps(data, indent=indent, sort_keys=sort_keys, allow_nan=allow_nan) + "\n")
+
+
+def check_out(parser, path, option: str = "--out"):
+    """Refuse an output path before a study's work starts (``parser.error``: exit status 2, a one-line
+    message): its directory must exist and the path must not be a directory. Returns ``path``."""
+    path = Path(path)
+    if path.is_dir():
+        parser.error(f"{option} {path} is a directory; give a file name")
+    if not path.parent.is_dir():
+        parser.error(f"{option} {path}: the directory {path.parent} does not exist; create it first")
+    return path

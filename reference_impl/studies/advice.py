@@ -15,7 +15,6 @@ seeds), so the tests recompute it and compare with the committed data file.
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 from functools import lru_cache
@@ -24,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..provenance import finish, python_closure, record
+from ..provenance import finish, python_closure, record, write_json
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "docs" / "data" / "advice.json"
@@ -202,7 +201,7 @@ def main(argv=None) -> int:
     steps.close()
     payload = {"provenance": finish(prov), **facts}
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(payload, indent=1) + "\n")
+    write_json(OUT, payload)
     print(f"wrote {OUT.relative_to(REPO)}")
     return 0
 

@@ -52,7 +52,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ..provenance import finish, python_closure, record
+from ..provenance import finish, python_closure, record, write_json
 from .bench_gpu_report import TARGET_SHAPE, plot, summarize
 from .gpu_device import Device
 
@@ -144,9 +144,7 @@ def available(impl: str) -> bool:
 
 def _write(out: Path, data: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(out)
+    write_json(out, data)
 
 
 # ------------------------------------------------------------------------------------------------------

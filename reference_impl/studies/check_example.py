@@ -7,10 +7,9 @@ diagnosis, and the catalog entry it equals (or the closest one). Deterministic (
 """
 from __future__ import annotations
 
-import json
 import sys
 
-from ..provenance import REPO, finish, python_closure, record
+from ..provenance import REPO, finish, python_closure, record, write_json
 from .check_example_norms import eps_outside, gemma_rms_norm, rounds_before_gain
 
 OUT = REPO / "docs" / "data" / "check_example.json"
@@ -84,7 +83,7 @@ def main(argv=None) -> int:
     prov = record(COMMAND, SOURCES, packages=("torch", "numpy", "transformers"))
     data = {"provenance": prov, **compute()}
     finish(prov)
-    OUT.write_text(json.dumps(data, indent=1) + "\n")
+    write_json(OUT, data)
     runs = data["runs"]
     print(f"wrote {OUT}: " + ", ".join(f"{k} {'ok' if v['ok'] else 'FAIL'}" for k, v in runs.items()))
     return 0

@@ -31,7 +31,7 @@ from .. import oracle
 from ..check import kit
 from ..check.matching import Probe, ordered_bits, ulp_distance  # noqa: F401 (one definition, re-exported)
 from ..check.models import Target
-from ..provenance import REPO, finish, python_closure, record
+from ..provenance import REPO, check_out, finish, python_closure, record, write_json
 from . import conformance_impls as ci
 from .numerics import ulp
 
@@ -263,10 +263,13 @@ def _pct(v: float) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--plots", type=Path, default=PLOTS)
+    ap.add_argument("--plots", type=Path, default=None,
+                    help="folder for the SVG plots (default: the site's, or --out's folder when --out is given)")
     ap.add_argument("--quick", action="store_true", help="small widths and few rows (a smoke test); not for the site")
     ap.add_argument("--plot-only", action="store_true", help="redraw the plots from the data file")
     args = ap.parse_args(argv)
+    check_out(ap, args.out)
+    args.plots = args.plots or (PLOTS if args.out.resolve() == OUT.resolve() else args.out.parent)
     warnings.filterwarnings("ignore")
     if args.plot_only:
         print(plot(json.loads(args.out.read_text()), args.plots))
@@ -276,8 +279,7 @@ def main(argv=None) -> int:
     data = {"provenance": prov, **measure(args.quick)}
     finish(prov)
     data["plots"] = [f"conformance{t}.svg" for t in ("", "-dark")]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    write_json(args.out, data)
     if plot(data, args.plots) != data["plots"]:
         raise RuntimeError("the plot names changed: update main()")
     print(f"wrote {args.out} ({data['measured_here']} implementations measured) and {data['plots']}")

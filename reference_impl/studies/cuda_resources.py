@@ -10,7 +10,6 @@ longer matches the sources, so the Kernels page never shows figures of older cod
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -21,7 +20,7 @@ from ..ops.build import CUDA_GLUE_HEADERS
 from ..ops.build import CUDA_KERNEL_SOURCES as KERNEL_SOURCES
 from ..ops.build import GENCODE
 from ..ops.build import REPO, SOURCES
-from ..provenance import finish, python_closure, record
+from ..provenance import check_out, finish, python_closure, record, write_json
 from ..provenance import source_hash as _hash
 
 OUT = REPO / "docs" / "data" / "cuda_resources.json"
@@ -175,8 +174,7 @@ def run(out: Path = OUT) -> dict:
         },
         "kernels": dict(sorted(kernels.items())),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1) + "\n")
+    write_json(out, data)
     return data
 
 
@@ -184,7 +182,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
-    data = run(args.out)
+    data = run(check_out(ap, args.out))
     t = data["totals"]
     print(f"wrote {args.out}: {t['kernels']} kernels, max {t['max_registers']} registers, "
           f"{t['with_spills']} with spills, nvcc {data['nvcc']}, hash {data['provenance']['source_hash']}")

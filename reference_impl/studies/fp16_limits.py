@@ -8,12 +8,11 @@ so rounding it once to float16 gives the correctly rounded float16 product that 
 """
 from __future__ import annotations
 
-import json
 import sys
 
 import torch
 
-from ..provenance import REPO, finish, python_closure, record
+from ..provenance import REPO, finish, python_closure, record, write_json
 
 OUT = REPO / "docs" / "data" / "fp16_limits.json"
 COMMAND = "python -m reference_impl.studies.fp16_limits"
@@ -77,7 +76,7 @@ def main(argv=None) -> int:
     prov = record(COMMAND, SOURCES, packages=("torch",))
     payload = {"provenance": finish(prov), **square_edges()}
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(payload, indent=1) + "\n")
+    write_json(OUT, payload)
     print(f"wrote {OUT.relative_to(REPO)}")
     return 0
 

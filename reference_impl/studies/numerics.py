@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import math
 import warnings
 from pathlib import Path
@@ -33,7 +32,7 @@ from .. import conventions as cv
 from .. import families as fam
 from .. import oracle
 from .. import tolerances as tol
-from ..provenance import finish, python_closure, record
+from ..provenance import check_out, finish, python_closure, record, write_json
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "docs" / "data" / "numerics.json"
@@ -306,16 +305,18 @@ def measure(quick: bool = False, progress: bool = True) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=OUT)
-    ap.add_argument("--plots", type=Path, default=PLOTS, help="folder for the SVG plots")
+    ap.add_argument("--plots", type=Path, default=None,
+                    help="folder for the SVG plots (default: the site's, or --out's folder when --out is given)")
     ap.add_argument("--quick", action="store_true", help="smaller sizes (for a smoke test); not for the site")
     args = ap.parse_args(argv)
+    check_out(ap, args.out)
+    args.plots = args.plots or (PLOTS if args.out.resolve() == OUT.resolve() else args.out.parent)
     warnings.filterwarnings("ignore")
     prov = record(COMMAND, SOURCES, quick=args.quick, packages=("torch", "numpy", "transformers"))
     data = {"provenance": prov, **measure(args.quick)}
     finish(prov)
     data["plots"] = plots(data, args.plots)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    write_json(args.out, data)
     print(f"wrote {args.out} and {len(data['plots'])} plots in {args.plots}")
     return 0
 

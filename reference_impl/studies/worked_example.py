@@ -8,12 +8,11 @@ and :func:`compute` against the SymPy registry, the float64 oracle and the PyTor
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 from fractions import Fraction
 
-from ..provenance import REPO, finish, python_closure, record
+from ..provenance import REPO, finish, python_closure, record, write_json
 
 OUT = REPO / "docs" / "data" / "worked_example.json"
 COMMAND = "python -m reference_impl.studies.worked_example"
@@ -94,7 +93,7 @@ def main(argv=None) -> int:
     prov = record(COMMAND, SOURCES, packages=("numpy",))
     payload = {"provenance": finish(prov), **compute()}
     OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps(payload, indent=1) + "\n")
+    write_json(OUT, payload)
     print(f"wrote {OUT.relative_to(REPO)}")
     return 0
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from ...ops import library as fused
-from ...provenance import finish, record
+from ...provenance import check_out, finish, record, write_json
 from ...provenance import source_hash as pv_source_hash
 from .cases import (ALLOCATORS, BLOCK_ALLOCATOR, COMMAND, DEFAULT_REPEATS, DTYPES, EPS, FIRST_TOUCH_SHAPE,
                     IMPLS, LABELS, LN_EPS, MAX_CALLS, MAX_LOAD, MODES, OUT, OUT_MODE_ALLOCATOR, PLOTS,
@@ -152,15 +152,22 @@ def main(argv=None) -> int:
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     # a smoke run never replaces the committed measurement unless --out names it
-    args.out = args.out or (QUICK_OUT if args.quick else OUT)
-    args.plots = args.plots or (QUICK_PLOTS if args.quick else PLOTS)
+    default_out = QUICK_OUT if args.quick else OUT
+    args.out = args.out or default_out
+    # plots follow the data file: a run written elsewhere leaves the site's plots alone
+    args.plots = args.plots or ((QUICK_PLOTS if args.quick else PLOTS) if args.out.resolve() == default_out.resolve()
+                                else args.out.parent)
+    if not args.worker:
+        if args.out == default_out:
+            default_out.parent.mkdir(parents=True, exist_ok=True)  # build/ for a smoke run
+        check_out(p, args.out)
     if args.plots_only:
         written = plot(json.loads(args.out.read_text()), args.plots)
         print(f"redrew {len(written)} plots from {args.out} into {args.plots}")
         return 0
     if args.reanalyse:
         data = reanalyse(json.loads(args.reanalyse.read_text()), args.plots)
-        args.out.write_text(json.dumps(data, indent=1) + "\n")
+        write_json(args.out, data)
         print(f"re-analysed {args.reanalyse} into {args.out}")
         _archive(data, args.out)
         return 0
@@ -178,10 +185,9 @@ def main(argv=None) -> int:
     except ValueError:
         p.error("--shapes takes ROWSxHIDDEN,... e.g. 4096x1024,16384x4096")
     data = run(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(data, indent=1) + "\n")  # first without plots: a plot error loses no run
+    write_json(args.out, data)  # first without plots: a plot error loses no run
     data["plots"] = plot(data, args.plots)
-    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    write_json(args.out, data)
     for dname, t in data["targets"].items():
         c = t["forward_out_vs_copy"]
         print(f"{dname:9s} forward_out / copy: {c['met']}/{c['shapes']} shapes >= 0.9 (worst {c['worst']})")
