@@ -20,6 +20,8 @@ from .fused_add import llama_add_rms_norm
 from .gated import (falcon_h1_gated_rms_norm, kimi_linear_gated_rms_norm, mamba2_gated_rms_norm,
                     qwen3_next_gated_rms_norm)
 from .gemma import gemma_rms_norm
+from .head_norms import (chameleon_qk_norm, cohere_qk_norm, gemma_value_norm, kimi_linear_l2norm, persimmon_qk_norm,
+                         qwen3_next_l2norm, stablelm_qk_norm)
 from .l2_norm import l2_norm, llama4_l2_norm
 from .layer_norm import reference_layer_norm
 from .llama import llama_rms_norm
@@ -56,6 +58,13 @@ BY_CATALOG = {
     "rms_norm.imagegpt": "imagegpt_rms_norm",
     "layer_norm.x_dtype": "x_dtype_layer_norm",
     "layer_norm.deberta": "deberta_layer_norm",
+    "value_norm": "gemma_value_norm",
+    "qk_norm.layer_norm": "persimmon_qk_norm",
+    "qk_norm.layer_per_head_gain.stablelm": "stablelm_qk_norm",
+    "qk_norm.layer_per_head_gain.chameleon": "chameleon_qk_norm",
+    "qk_norm.layer_per_head_gain.cohere": "cohere_qk_norm",
+    "gated_delta_l2_norm.qwen3_next": "qwen3_next_l2norm",
+    "gated_delta_l2_norm.kimi_linear": "kimi_linear_l2norm",
 }
 """Catalog entry -> name of the standalone function (an attribute of this module) that computes it."""
 
@@ -69,6 +78,8 @@ _FILES = {
     "falcon_h1_gated_rms_norm": "gated",
     "deepseek_v4_rms_norm": "deepseek_v4", "imagegpt_rms_norm": "low_precision",
     "x_dtype_layer_norm": "low_precision", "deberta_layer_norm": "low_precision",
+    **dict.fromkeys(("gemma_value_norm", "persimmon_qk_norm", "stablelm_qk_norm", "chameleon_qk_norm", "cohere_qk_norm",
+                     "qwen3_next_l2norm", "kimi_linear_l2norm"), "head_norms"),
 }
 SNIPPETS = {name: f"reference_impl/standalone/{stem}.py:{name}" for name, stem in _FILES.items()}
 """Function name -> ``"path:region"`` of its code, as ``--8<--`` takes it (the path from the checkout's root)."""
