@@ -6,8 +6,10 @@ below is used.
 
 - ``pytest --norm-impl pkg.mod:fn --norm-model qwen3`` adds one test per case of the check (named by
   dtype, gain dtype, shape and scale) and one ``diagnosis`` test that names the convention ``fn`` equals;
-  ``--norm-convention``, ``--norm-eps``, ``--norm-dtypes``, ``--norm-no-grads``, ``--norm-residual`` as the
-  command's options.
+  ``--norm-convention``, ``--norm-eps``, ``--norm-dtypes``, ``--norm-weight-dtypes``, ``--norm-device``,
+  ``--norm-no-grads``, ``--norm-no-bits``, ``--norm-batch-invariant``, ``--norm-residual`` as the command's
+  options. A bad option or an unknown model is pytest's usage error (exit 4); a failing case prints its
+  table row, and the ``diagnosis`` test names what differs.
 - In a test file: ``@pytest.mark.norm_model("qwen3")`` on a test that takes the ``norm_case`` fixture runs
   it once per case; ``check_case(fn, norm_case)`` checks one.
 - The ``norm_check`` fixture is :func:`reference_impl.check.check_norm`.
@@ -27,9 +29,17 @@ def pytest_addoption(parser):
                 help="a norm function or module to check, as module:function (repeatable)")
     g.addoption("--norm-model", default=None, help="the model type or family its convention comes from (qwen3)")
     g.addoption("--norm-convention", default=None, help="a catalog entry or casting order (rms_norm.gemma)")
-    g.addoption("--norm-eps", type=float, default=None, help="eps instead of the model's")
+    g.addoption("--norm-eps", default=None, help="eps instead of the model's (a finite number >= 0)")
     g.addoption("--norm-dtypes", default="bf16,fp16,fp32", help="x dtypes, comma-separated")
+    g.addoption("--norm-weight-dtypes", default=None,
+                help="gain dtypes, comma-separated, or x (the gain in x's dtype); default: x's half dtype and fp32")
+    g.addoption("--norm-device", default="cpu", help="cpu or cuda (cuda:N)")
     g.addoption("--norm-no-grads", action="store_true", default=False, help="skip the gradient checks")
+    g.addoption("--norm-no-bits", action="store_true", default=False,
+                help="require only the float64 bound, not bit-identity with the model's module")
+    g.addoption("--norm-batch-invariant", action="store_true", default=False,
+                help="also require the same bits for a row whatever its batch (size, position, padding) and for "
+                     "repeated calls")
     g.addoption("--norm-residual", action="store_true", default=False,
                 help="the function is a fused add + norm: fn(x, residual, weight, eps) -> (y, new_residual)")
 
@@ -40,9 +50,32 @@ def pytest_configure(config):
 
 
 def _options(config) -> dict:
+    """The options of norm_cases, checked before any work: a bad value is pytest's usage error (exit 4)."""
+    import math
+
     dtypes = [d.strip() for d in config.getoption("norm_dtypes").split(",") if d.strip()]
-    return {"convention": config.getoption("norm_convention"), "eps": config.getoption("norm_eps"),
-            "dtypes": dtypes, "residual": config.getoption("norm_residual")}
+    wd = config.getoption("norm_weight_dtypes")
+    eps = config.getoption("norm_eps")
+    if eps is not None:
+        try:
+            eps = float(eps)
+        except ValueError:
+            eps = math.nan
+        if not (math.isfinite(eps) and eps >= 0):
+            raise pytest.UsageError(f"--norm-eps must be a finite number >= 0, got {config.getoption('norm_eps')!r}")
+    return {"convention": config.getoption("norm_convention"), "eps": eps, "dtypes": dtypes,
+            "weight_dtypes": None if wd is None else [w.strip() for w in wd.split(",") if w.strip()],
+            "device": config.getoption("norm_device"), "residual": config.getoption("norm_residual")}
+
+
+def _cases(model, where: str, **opts):
+    """norm_cases, with a bad model or option turned into pytest's usage error (exit 4), not an INTERNALERROR."""
+    from reference_impl.check import norm_cases
+
+    try:
+        return norm_cases(model, **opts)
+    except (ValueError, TypeError, ImportError) as exc:
+        raise pytest.UsageError(f"{where}: {exc}") from None
 
 
 def pytest_generate_tests(metafunc):
@@ -52,10 +85,8 @@ def pytest_generate_tests(metafunc):
     if mark is None:
         raise pytest.UsageError(f"{metafunc.definition.nodeid} takes norm_case: mark it "
                                 f"@pytest.mark.norm_model('<model type>')")
-    from reference_impl.check import norm_cases
-
-    model = mark.args[0] if mark.args else mark.kwargs.pop("model", None)
-    cases = norm_cases(model, **{k: v for k, v in mark.kwargs.items() if k != "model"})
+    model = mark.args[0] if mark.args else mark.kwargs.get("model")
+    cases = _cases(model, metafunc.definition.nodeid, **{k: v for k, v in mark.kwargs.items() if k != "model"})
     metafunc.parametrize("norm_case", cases, ids=[c.id for c in cases])
 
 
@@ -70,14 +101,20 @@ def norm_check():
 class NormCaseItem(pytest.Item):
     """One case of a check as a test: fails with its table row."""
 
-    def __init__(self, *, fn, case, grads, **kw):
+    def __init__(self, *, fn, case, checks, **kw):
         super().__init__(**kw)
-        self.fn, self.case, self.grads = fn, case, grads
+        self.fn, self.case, self.checks = fn, case, checks
 
     def runtest(self):
         from reference_impl.check import check_case
+        from reference_impl.check.report import NormCheckFailed
 
-        check_case(self.fn, self.case, grads=self.grads)
+        try:
+            res = check_case(self.fn, self.case, **self.checks)
+        except NormCheckFailed as exc:
+            self.parent.results.append((self.case, exc.report.results[0]))
+            raise
+        self.parent.results.append((self.case, res))
 
     def repr_failure(self, excinfo, style=None):
         from reference_impl.check.report import NormCheckFailed
@@ -91,22 +128,31 @@ class NormCaseItem(pytest.Item):
 
 
 class NormDiagnosisItem(pytest.Item):
-    """Passes when the function equals the model's convention on every input; else names what it equals."""
+    """Passes when every case of the check passed; else names what differs, from the kit's experiments on
+    the cases that ran before it (all of them, run here, when none did)."""
 
-    def __init__(self, *, fn, model, options, **kw):
+    def __init__(self, *, fn, model, options, checks, **kw):
         super().__init__(**kw)
-        self.fn, self.model, self.options = fn, model, options
+        self.fn, self.model, self.options, self.checks = fn, model, options, checks
 
     def runtest(self):
-        from reference_impl.check.kit import _prefer, diagnose
-        from reference_impl.check.models import resolve
+        from reference_impl.check.diagnosis import explain
+        from reference_impl.check.kit import _fn_name, run_case, truth
+        from reference_impl.check.report import Report
 
-        opts = dict(self.options)
-        target = resolve(self.model, opts.pop("convention"), opts.pop("eps"))
-        m = diagnose(self.fn, self.model, convention=target.entry, eps=target.eps, **opts)
-        want = _prefer(target, opts.get("residual", False))[0]
-        if want not in m.all_matched:
-            raise AssertionError(f"{self.name}: the function {m.description}; {target.name} uses {want}")
+        pairs = list(self.parent.results) or [(c, run_case(self.fn, c.target, c, residual=c.residual, **self.checks))
+                                               for c in self.parent.cases]
+        cases = [c for c, _ in pairs]
+        target, residual = cases[0].target, cases[0].residual
+        report = Report(_fn_name(self.fn), target, truth(target, cases[0].probe, residual)[2], [r for _, r in pairs])
+        if report.ok:
+            return
+        args = ", ".join(f"{k}={v!r}" for k, v in (("model", self.model), ("convention", self.options["convention"]),
+                                                   ("eps", self.options["eps"])) if v is not None)
+        found = explain(self.fn, report, target, cases, residual, fn_name=report.function, args=args)
+        text = "; also ".join(f.text() if i == 0 else f.sentence for i, f in enumerate(found))
+        raise AssertionError(f"{len(report.failures)} of {len(pairs)} cases fail; diagnosis: "
+                             f"{text or 'no single change of the model order explains it'}")
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, AssertionError):
@@ -121,9 +167,10 @@ class NormCheckCollector(pytest.Collector):
     def __init__(self, *, impl, **kw):
         super().__init__(**kw)
         self.impl = impl
+        self.results: list = []  # (case, CaseResult) of the case items that ran, for the diagnosis item
+        self.cases: list = []
 
     def collect(self):
-        from reference_impl.check import norm_cases
         from reference_impl.check.cli import load_callable
 
         config = self.config
@@ -141,11 +188,12 @@ class NormCheckCollector(pytest.Collector):
                 fn = load_callable(self.impl)
             except ValueError as exc:
                 raise pytest.UsageError(f"--norm-impl {self.impl}: {exc}") from exc
-        cases = norm_cases(model, **opts)
-        grads = not config.getoption("norm_no_grads")
-        for c in cases:
-            yield NormCaseItem.from_parent(self, name=c.id, fn=fn, case=c, grads=grads)
-        yield NormDiagnosisItem.from_parent(self, name="diagnosis", fn=fn, model=model, options=opts)
+        self.cases = _cases(model, f"--norm-impl {self.impl}", **opts)
+        checks = {"grads": not config.getoption("norm_no_grads"), "bits": not config.getoption("norm_no_bits"),
+                  "batch_invariant": config.getoption("norm_batch_invariant")}
+        for c in self.cases:
+            yield NormCaseItem.from_parent(self, name=c.id, fn=fn, case=c, checks=checks)
+        yield NormDiagnosisItem.from_parent(self, name="diagnosis", fn=fn, model=model, options=opts, checks=checks)
 
 
 def pytest_collection_modifyitems(session, config, items):

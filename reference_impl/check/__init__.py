@@ -19,8 +19,12 @@ from .report import CaseResult, NormCheckFailed, Report
 def norm_cases(model=None, **kwargs) -> list:
     """The cases of a check, for ``pytest.mark.parametrize``: each carries its target, so
     ``check_case(fn, case)`` runs it. Keyword arguments as :func:`check_norm` (convention, eps, dtypes,
-    weight_dtypes, widths, residual, device)."""
+    weight_dtypes, widths, scales, residual, device)."""
+    from .kit import check_device
+
     target = resolve(model, kwargs.pop("convention", None), kwargs.pop("eps", None))
+    if "device" in kwargs:
+        kwargs["device"] = check_device(kwargs["device"])
     residual = kwargs.get("residual", False)
     cases = plan(target, **kwargs)
     for c in cases:
@@ -28,9 +32,10 @@ def norm_cases(model=None, **kwargs) -> list:
     return cases
 
 
-def check_case(fn, case, *, grads=True, bits=True) -> CaseResult:
+def check_case(fn, case, *, grads=True, bits=True, batch_invariant=False) -> CaseResult:
     """Run one case of :func:`norm_cases`; raise :class:`NormCheckFailed` with its table row if it fails."""
-    res = run_case(fn, case.target, case, grads=grads, bits=bits, residual=case.residual)
+    res = run_case(fn, case.target, case, grads=grads, bits=bits, residual=case.residual,
+                   batch_invariant=batch_invariant)
     if not res.ok:
         from .kit import _fn_name
 

@@ -361,9 +361,14 @@ def explain(fn, report, target, cases, residual: bool, *, fn_name: str, args: st
     r = first(lambda s: s == "changed its input x in place")
     if r:
         add("in_place", "the input x is modified in place (it differs after the call)", r, f"case {r.case}")
-    r = first(lambda s: s.startswith("non-deterministic"))
+    r = first(lambda s: s.startswith(("non-deterministic", "not deterministic")))
     if r:
         add("nondeterministic", "two calls on the same input disagree (non-deterministic)", r,
+            r.problem.split(": ", 1)[1] + f", case {r.case}")
+    r = first(lambda s: s.startswith("not batch-invariant"))
+    if r:
+        add("batch_variant", "a row's result depends on the batch around it (not batch-invariant"
+            + (", in its gradient)" if "gradient" in r.problem else ")"), r,
             r.problem.split(": ", 1)[1] + f", case {r.case}")
     r = first(lambda s: s.startswith("returned shape"))
     if r:

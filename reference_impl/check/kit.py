@@ -289,7 +289,10 @@ def _grads(fn, target: Target, p: M.Probe, residual: bool) -> tuple[float | None
         return None, "gradients are checked for RMSNorm and LayerNorm only", None
     x = p.x.detach().clone().requires_grad_(True)
     w = None if p.weight is None else p.weight.detach().clone().requires_grad_(True)
-    y, params = grad_call(fn, p, target, residual)(x, w)
+    try:
+        y, params = grad_call(fn, p, target, residual)(x, w)
+    except (Exception, SystemExit) as exc:  # the forward with inputs that require grad
+        raise _BackwardError(f"(forward with inputs that require grad) {type(exc).__name__}: {exc}") from exc
     if not isinstance(y, torch.Tensor) or not y.requires_grad:
         return None, None, ("no gradient: the output does not require grad (a forward-only function, or one that "
                             "detaches its output); pass grads=False (--no-grads) to check the forward only")
@@ -318,7 +321,7 @@ def _grads(fn, target: Target, p: M.Probe, residual: bool) -> tuple[float | None
 
 
 def run_case(fn, target: Target, case: Case, *, grads=True, bits=True, use_hf=True, residual=False,
-             strict_dtype=True) -> CaseResult:
+             strict_dtype=True, batch_invariant=False) -> CaseResult:
     """One case: call ``fn`` twice, compare with the truth (bits) and the float64 oracle (bound), then the
     gradients. Problems (an exception, a wrong shape or dtype, NaN where the truth is finite, a changed
     input, two calls that disagree) are recorded in ``problem`` rather than raised."""
@@ -335,8 +338,9 @@ def run_case(fn, target: Target, case: Case, *, grads=True, bits=True, use_hf=Tr
         with torch.no_grad():
             out = call(fn, p, target, residual)
             again = call(fn, p, target, residual)
-    except Exception as exc:  # the function's own error, reported with the input that caused it
-        res.problem = f"raised {type(exc).__name__}: {exc}"
+    except (Exception, SystemExit) as exc:  # the function's own error (or exit), with the input that caused it
+        res.problem = (f"raised SystemExit: the function called sys.exit({exc.code!r})" if isinstance(exc, SystemExit)
+                       else f"raised {type(exc).__name__}: {exc}")
         res.notes.append("".join(traceback.format_exception(type(exc), exc, exc.__traceback__, limit=-3)))
         return res
     if not bool((M.ulp_distance(p.x, x_before) == 0).all()):
@@ -353,6 +357,11 @@ def run_case(fn, target: Target, case: Case, *, grads=True, bits=True, use_hf=Tr
             return res
     if not isinstance(out, torch.Tensor):
         res.problem = f"returned {type(out).__name__}, not a tensor"
+        return res
+    if out.layout != torch.strided or out.is_meta or out.device != ref.device:
+        what = "a meta tensor (no values)" if out.is_meta else (
+            f"a {str(out.layout).replace('torch.', '')} tensor" if out.layout != torch.strided else f"a tensor on {out.device}")
+        res.problem = f"returned {what}; the norm must return a dense tensor on {ref.device}, as x is"
         return res
     if out.shape != ref.shape:
         res.problem = f"returned shape {tuple(out.shape)}, expected {tuple(ref.shape)} (x's shape)"
@@ -390,6 +399,13 @@ def run_case(fn, target: Target, case: Case, *, grads=True, bits=True, use_hf=Tr
             res.problem = f"backward raised {exc}"
     else:
         res.grad_note = "forward-only: gradients not checked"
+    if batch_invariant and res.problem is None:
+        from .consistency import batch_invariance
+
+        try:
+            res.problem = batch_invariance(fn, target, case, residual, grads)
+        except (Exception, SystemExit) as exc:
+            res.problem = f"raised {type(exc).__name__} in the batch-invariance runs: {exc}"
     return res
 
 
@@ -413,6 +429,7 @@ def diagnose(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weight
     :class:`~reference_impl.check.matching.Match`; ``model``/``convention`` decide the kind, the gain storage
     and eps, and the model's own convention is preferred when several match."""
     target = resolve(model, convention, eps)
+    device = check_device(device)
     cases = [c for c in plan(target, dtypes, weight_dtypes, widths, residual=residual, device=device)
              if c.layout == "contiguous"]
     kind = "fused_add_rms" if residual else target.kind
@@ -435,7 +452,7 @@ def check_device(device) -> str:
 
 def check_norm(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weight_dtypes=None, device="cpu",
                grads=True, bits=True, residual=False, widths=WIDTHS, scales=SCALES, use_hf=True, strict_dtype=True,
-               raise_on_failure=True) -> Report:
+               batch_invariant=False, raise_on_failure=True) -> Report:
     """Check ``fn`` (a function or an ``nn.Module``, called as the module docstring says) against a model's
     norm, and return a :class:`~reference_impl.check.report.Report`; raise
     :class:`~reference_impl.check.report.NormCheckFailed` (an AssertionError) with the table and a diagnosis
@@ -450,6 +467,9 @@ def check_norm(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weig
     float64 within the derived bound; a gradient that does not reach x, the weight or the bias fails.
     ``residual``: ``fn`` is a fused residual add + norm. ``strict_dtype``: a result in another dtype than
     the module's fails. ``widths``/``scales``: the probes' row widths and the scales of x.
+    ``batch_invariant``: also require, on each contiguous case, the same bits for a row (and its gradient)
+    alone, at any position of batches of other sizes and between padding rows, and for repeated calls
+    (:mod:`reference_impl.check.consistency`).
     The diagnosis of a failing check is an experiment (:mod:`reference_impl.check.diagnosis`).
     """
     from .diagnosis import explain
@@ -461,7 +481,7 @@ def check_norm(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weig
     hf, note = _hf_available(target, use_hf)
     cases = plan(target, dtypes, weight_dtypes, widths, scales=scales, residual=residual, device=device)
     results = [run_case(fn, target, c, grads=grads, bits=bits, use_hf=hf, residual=residual,
-                        strict_dtype=strict_dtype) for c in cases]
+                        strict_dtype=strict_dtype, batch_invariant=batch_invariant) for c in cases]
     _, _, what = truth(target, cases[0].probe, residual, hf)
     report = Report(_fn_name(fn), target, what, results)
     if note:
@@ -476,7 +496,7 @@ def check_norm(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weig
         prefer = _prefer(target, residual)
         try:
             report.match = M.match(lambda p: call(fn, p, target, residual), usable, kind, prefer=prefer)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             report.notes.append(f"no diagnosis: the function raised {type(exc).__name__} on an input: {exc}")
     if report.ok:
         report.diagnosis = _diagnosis(report, target, residual)
@@ -487,7 +507,7 @@ def check_norm(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weig
         try:
             report.findings = explain(fn, report, target, cases, residual, fn_name=_fn_name(fn), args=args,
                                       use_hf=hf)
-        except Exception as exc:  # the diagnosis must not hide the verdict: say it failed, keep the table
+        except (Exception, SystemExit) as exc:  # the diagnosis must not hide the verdict: keep the table
             report.notes.append(f"no diagnosis: {type(exc).__name__}: {exc}")
             report.findings = []
         m = report.match

@@ -126,3 +126,19 @@ BUGS = [
     ("qwen3", qwen3_fused_residual_in_fp32, {**BF16, "residual": True}, "residual_dtype"),
     ("qwen3", qwen3_constant_rstd, {"dtypes": ("fp32",)}, "dx_no_stat_term"),
 ]
+
+
+def qwen3_batch_dependent(x, weight, eps):
+    """Splits the sum of squares in two halves when the batch is large (as a kernel picking its split by the
+    number of rows would): the same row gives other bits alone and in a batch of 64."""
+    xf = x.float()
+    if x.shape[0] >= 32:
+        h = x.shape[-1] // 2
+        ms = (xf[..., :h].pow(2).sum(-1, keepdim=True) + xf[..., h:].pow(2).sum(-1, keepdim=True)) / x.shape[-1]
+    else:
+        ms = xf.pow(2).mean(-1, keepdim=True)
+    return weight * (xf * torch.rsqrt(ms + eps)).to(x.dtype)
+
+
+BUGS.append(("qwen3", qwen3_batch_dependent, {"dtypes": ("fp32",), "grads": False, "batch_invariant": True},
+             "batch_variant"))

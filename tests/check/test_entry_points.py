@@ -37,7 +37,7 @@ def test_the_command_prints_the_table_and_exits_non_zero_on_failure(capsys):
         assert cli.main(["user_norms:rounds_before_gain", "--failures"] + args) == 1
         out = capsys.readouterr().out
         assert "22 of 22 cases FAIL" in out and "err ulp (bound)" in out and "DIFFER" in out
-        assert "diagnosis: the function rounds before the gain: Llama's order" in out
+        assert "diagnosis: the result is rounded to bfloat16 before the gain" in out
         assert cli.main(["user_norms:gemma_rms_norm"] + args) == 0
         assert "all 22 cases pass" in capsys.readouterr().out
         assert cli.main(["user_norms:no_such_norm"] + args) == 2
@@ -57,7 +57,7 @@ def test_python_dash_m_runs_the_command(tmp_path):
                         "gemma3_text", "--dtypes", "bf16", "--no-grads"], cwd=tmp_path, env=_env(tmp_path),
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stderr
-    assert "rounds before the gain" in p.stdout and "FAIL" in p.stdout
+    assert "rounded to bfloat16 before the gain" in p.stdout and "FAIL" in p.stdout
 
 
 @pytest.mark.guards("check.plugin")
@@ -74,7 +74,37 @@ def test_the_pytest_plugin_expands_into_one_test_per_case(tmp_path):
     # 22 marked cases and the fixture's test pass; the wrong variant fails its 22 cases and the diagnosis test
     assert "23 failed, 23 passed" in out, out[-2000:]
     assert "norm-check[user_norms:rounds_before_gain]::bf16-wbf16-4x33-s1" in out
-    assert "rounds before the gain: Llama's order" in out
+    assert "22 of 22 cases fail; diagnosis: the result is rounded to bfloat16 before the gain" in out
+
+
+@pytest.mark.guards("check.plugin")
+def test_the_plugin_options_and_its_usage_errors(tmp_path, monkeypatch, capsys):
+    """In-process (pytest.main in the test's interpreter, torch already imported): every option, and each bad
+    value as pytest's usage error, exit 4, with one line naming it."""
+    shutil.copy(HERE / "user_norms.py", tmp_path)
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    base = ["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "-p", "no:xdist", "--rootdir", str(tmp_path),
+            *_plugin_args(), "--norm-impl", "user_norms:gemma_rms_norm"]
+
+    def run(*args):
+        code = pytest.main(base + list(args))
+        out = capsys.readouterr()
+        return int(code), out.out + out.err
+
+    code, out = run("--norm-model", "gemma3_text", "--norm-dtypes", "bf16", "--norm-weight-dtypes", "x",
+                    "--norm-no-grads", "--norm-no-bits", "--norm-batch-invariant", "--norm-eps", "1e-5",
+                    "--norm-convention", "rms_norm.gemma", "--norm-device", "cpu")
+    assert code == 0 and "12 passed" in out, out[-2000:]
+    for args, msg in ((("--norm-model", "gemma99"), "unknown model 'gemma99': did you mean"),
+                      (("--norm-model", "qwen3", "--norm-eps", "inf"), "--norm-eps must be a finite number >= 0"),
+                      (("--norm-model", "qwen3", "--norm-device", "banana"), "unknown device 'banana'"),
+                      (("--norm-model", "qwen3", "--norm-dtypes", ""), "dtypes is empty"),
+                      (("--norm-convention", "fused_add_layer_norm"), "'fused_add_layer_norm' is none of them")):
+        code, out = run(*args)
+        assert code == 4, (args, code, out[-1500:])
+        assert msg in out and "INTERNALERROR" not in out and "Traceback" not in out, (args, out[-1500:])
 
 
 @pytest.mark.guards("check.plugin")
