@@ -1,8 +1,10 @@
 """Numbers on pages come from data files under docs/data/, never typed by hand.
 
 Each file is parsed and validated against its schema (``reference_impl/studies/schemas/``) and its
-physical and consistency checks (``schemas/invariants.py``: a provenance that matches the sources, figures
-that agree with each other and with physical limits) when the build first reads data: a corrupt,
+physical and consistency checks (``schemas/invariants.py`` and ``schemas/consistency.py``: a provenance
+that matches the sources, figures that agree with each other and with physical limits, summaries recomputed
+from their rows, names resolved against the catalog, the census and the installed sources; the kit's
+``census_index.json`` too) when the build first reads data: a corrupt,
 truncated, ill-typed or implausible file, or one without a schema, fails the build with the file's path and
 the field named.
 """
@@ -16,6 +18,8 @@ from .macros import MacroError, macro
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "docs" / "data"
+#: the kit's look-up, written with the census: validated like a data file (a view of the census)
+INDEX = REPO / "reference_impl" / "check" / "census_index.json"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
@@ -24,9 +28,10 @@ from reference_impl.studies.schemas import DataFileError, check_file, check_yaml
 
 @lru_cache(maxsize=None)
 def validated() -> dict:
-    """Every data file, parsed and checked against its schema (once per build)."""
+    """Every data file and the kit's census index, parsed and checked against its schema and its
+    consistency checks (once per build)."""
     out = {}
-    for path in data_files(DATA):
+    for path in [*data_files(DATA), INDEX]:
         try:
             out[path.name] = check_file(path)
         except DataFileError as exc:

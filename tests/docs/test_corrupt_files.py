@@ -274,3 +274,155 @@ def test_an_archived_bench_run_gets_the_same_checks_except_the_source_hash(tmp_p
     i = _faster(data, 17000.0)
     with pytest.raises(schemas.DataFileError, match=rf"{re.escape(path.name)}(?s:.*)\n  at results\.{i}\.gbps: .* times the copy"):
         archive.check_archived(_write(tmp_path, path.name, json.dumps(data)))
+
+
+# --- files that disagree with themselves, with each other or with the installed sources -----------------
+# Each case corrupts a copy of one committed file the way a merge of two runs, a hand edit or a stale
+# rewrite would; both check_file and the build's validator must refuse it, naming the file and the field
+# (reference_impl/studies/schemas/consistency.py).
+
+def _append_copy(listed, i=0, **changes):
+    def apply(data):
+        data[listed].append({**data[listed][i], **changes})
+    return apply
+
+
+def _first_where(listed, test, key, value):
+    def apply(data):
+        row = next(r for r in data[listed] if test(r))
+        row[key] = value(row[key]) if callable(value) else value
+    return apply
+
+
+def _index_row(model_type, key, value):
+    def apply(data):
+        data["models"][model_type][key] = value
+    return apply
+
+
+HUGE = "1" + "0" * 4999  # Python's int() refuses more than 4300 digits with a bare ValueError
+
+DISAGREEING = [  # (case, file, edit, expected message after the file name)
+    ("census_model_type_twice", "census.json", _append_copy("models", placement="post"),
+     r"at models\.0: '[\w-]+' is listed 2 times"),
+    ("census_class_twice", "census.json", _append_copy("classes", eps_default=0.5),
+     r"at classes\.0: '\w+' is listed 2 times"),
+    ("census_unknown_entry", "census.json", _set("classes.0.catalog", "rms_norm.banana"),
+     r"at classes\.0\.catalog: 'rms_norm\.banana' is not a catalog entry or variant"),
+    ("census_count_of_matched", "census.json", _set("counts.matched", lambda v: v + 1),
+     r"at counts\.matched: (\d+) but the rows give (?!\1)\d+"),
+    ("census_count_by_catalog", "census.json", lambda d: d["counts"]["by_catalog"].update({"rms_norm.llama": 1}),
+     r"at counts\.by_catalog: 'rms_norm\.llama': 1 but the rows give \d+"),
+    ("census_source_missing", "census.json", _set("classes.0.source", "models/llama/modeling_nothing.py"),
+     r"at classes\.0\.source: models/llama/modeling_nothing\.py is not a file of the installed package"),
+    ("census_line_wrong", "census.json", _set("classes.0.line", lambda v: v + 3),
+     r"at classes\.0\.source: line \d+ of the installed models/.* does not define class \w+"),
+    ("census_matched_far_away", "census.json", _first_where("classes", lambda c: c["catalog"], "max_ulp", 20504777),
+     r"at classes\.\d+\.max_ulp: \w+ is matched to '[\w.() +]+' yet 20504777 ulps away"),
+    ("census_out_of_scope_matched", "census.json",
+     _first_where("classes", lambda c: not c["in_scope"], "catalog", "rms_norm.llama"),
+     r"at classes\.\d+\.catalog: \w+ is out of scope but matched to 'rms_norm\.llama'"),
+    ("census_model_catalog_not_its_classes", "census.json", _set("models.0.catalog", ["layer_norm.neox"]),
+     r"at models\.0\.catalog: \['layer_norm\.neox'\] but its classes are matched to"),
+    ("census_model_unknown_class", "census.json", _set("models.0.norm_classes", ["NoSuchRMSNorm"]),
+     r"at models\.0\.norm_classes: 'NoSuchRMSNorm' is not a class of this census"),
+    ("conformance_identical_above_cases", "conformance.json", _set("implementations.0.identical", lambda v: 13),
+     r"at implementations\.0\.identical: 13 but its cases give \d+"),
+    ("conformance_by_key_disagrees", "conformance.json", _set("by_key.hf_llama.max_ulp", 3),
+     r"at by_key\.hf_llama: is not the implementation's row"),
+    ("conformance_grid_disagrees", "conformance.json", _set("grid.hf_olmo_2.bfloat16 llama", 0.0),
+     r"at grid\.hf_olmo_2\.bfloat16 llama: 0\.0 but its cases give 0\.\d+"),
+    ("conformance_implementation_twice", "conformance.json", _append_copy("implementations"),
+     r"at implementations\.0: 'hf_llama' is listed 2 times"),
+    ("conformance_fraction_above_one", "conformance.json", _set("implementations.0.max_fraction_different", 1.5),
+     r"at implementations\.0\.max_fraction_different: 1\.5 is a fraction outside \[0, 1\]"),
+    ("conformance_identical_yet_different", "conformance.json", _set("cases.0.results.hf_olmo_2.identical", True),
+     r"at cases\.0\.results\.hf_olmo_2\.identical: True but 0\.\d+ of the elements differ"),
+    ("conformance_unknown_reference", "conformance.json", _set("cases.0.reference.module", "NoSuchRMSNorm"),
+     r"at cases\.0\.reference\.module: 'NoSuchRMSNorm' is not a class of the census"),
+    ("check_example_exit_status", "check_example.json", _set("cli_exit_status", 0),
+     r"at cli_exit_status: 0 but the output reports '\d+ of \d+ cases FAIL'"),
+    ("check_example_verdict_vs_counts", "check_example.json", _set("runs.gemma_rms_norm.failed", 1),
+     r"at runs\.gemma_rms_norm\.verdict: 'all \d+ cases pass' but failed = 1"),
+    ("check_example_unknown_function", "check_example.json",
+     _set("command", lambda v: v.replace(":rounds_before_gain", ":no_such_function")),
+     r"at command: .*no function 'no_such_function'"),
+    ("check_example_unknown_closest", "check_example.json", _set("runs.eps_outside.closest", "rms_norm.banana"),
+     r"at runs\.eps_outside\.closest: 'rms_norm\.banana' is not a catalog entry"),
+    ("training_quick_flag", "training.json", _set("quick", True),
+     r"at quick: True but provenance\.quick is False"),
+    ("machine_key_of_another_cpu", "training.json", _set("provenance.machine.machine_key", "genuineintel-f6-m85-s7-avx512-2c"),
+     r"at provenance\.machine\.machine_key: 'genuineintel-f6-m85-s7-avx512-2c' but the CPU identity beside it gives"),
+    ("5000_digit_integer", "worked_example.json", ("text", '"d": 4', '"d": ' + HUGE),
+     r"at d: an integer of 5000 digits is larger than any count"),
+    ("index_unknown_model", "census_index.json", _set("models.no_such_model", {"norm_class": "LlamaRMSNorm",
+     "module": None, "catalog": None, "eps": None, "gain": None, "gain_dtype": None, "qk_norm": None}),
+     r"at models\.no_such_model: 'no_such_model' is not a traced model type of the census"),
+    ("index_catalog_not_the_census", "census_index.json", _index_row("llama", "catalog", "rms_norm.gemma"),
+     r"at models\.llama\.catalog: 'rms_norm\.gemma' but the census gives 'rms_norm\.llama'"),
+    ("index_class_not_the_models", "census_index.json", _index_row("llama", "norm_class", "GemmaRMSNorm"),
+     r"at models\.llama\.norm_class: 'GemmaRMSNorm' is not one of the census's classes of llama"),
+    ("index_other_transformers", "census_index.json", _set("transformers", "4.0.0"),
+     r"at transformers: '4\.0\.0' but the census read transformers"),
+]
+
+
+def _corrupted(tmp_path, name, edit) -> Path:
+    from site_hooks import data as site_data
+
+    source = site_data.INDEX if name == "census_index.json" else DATA / name
+    text = source.read_text()
+    if isinstance(edit, tuple):
+        assert edit[1] in text, f"the fixture expects {name} to hold {edit[1]}"
+        text = text.replace(edit[1], edit[2], 1)
+    else:
+        data = json.loads(text)
+        edit(data)
+        text = json.dumps(data, indent=1)
+    folder = tmp_path / "data"
+    folder.mkdir()
+    return _write(folder, name, text)
+
+
+@pytest.mark.guards("data:schemas")
+@pytest.mark.parametrize("case,name,edit,message", DISAGREEING, ids=[c[0] for c in DISAGREEING])
+def test_check_file_refuses_a_file_that_disagrees_with_itself_or_its_sources(tmp_path, case, name, edit, message):
+    path = _corrupted(tmp_path, name, edit)
+    with pytest.raises(schemas.DataFileError, match=re.escape(name) + r"(?s:.*)(\n  |: )" + message):
+        schemas.check_file(path)
+
+
+@pytest.mark.guards("data:schemas")
+@pytest.mark.parametrize("case", ["census_count_of_matched", "index_catalog_not_the_census"])
+def test_the_build_refuses_them_too_the_census_index_included(tmp_path, monkeypatch, case):
+    """The build's validator (site_hooks/data.py) reads the kit's census index beside the data files and
+    refuses a disagreeing one as it refuses a data file (two of the cases above, one per path)."""
+    from site_hooks import data as site_data
+
+    _, name, edit, message = next(c for c in DISAGREEING if c[0] == case)
+    path = _corrupted(tmp_path, name, edit)
+    monkeypatch.setattr(site_data, "DATA", path.parent)
+    if name == "census_index.json":
+        monkeypatch.setattr(site_data, "INDEX", path)
+    site_data.clear_caches()
+    try:
+        with pytest.raises(MacroError, match=re.escape(name) + r"(?s:.*)(\n  |: )" + message):
+            site_data.validated()
+    finally:
+        site_data.clear_caches()
+
+
+def test_every_committed_file_passes_the_consistency_checks():
+    """The checks of consistency.py hold on what the project's commands wrote (the census index included),
+    so each refusal above is the corruption's, not the committed file's."""
+    from reference_impl.studies.schemas import consistency, invariants
+    from site_hooks import data as site_data
+
+    ours = [fn for fns in invariants._CHECKS.values() for fn in fns if fn.__module__ == consistency.__name__]
+    assert {"census_self", "census_sources", "census_index", "conformance_self", "check_example_self",
+            "machine_key_of_identity", "quick_flag", "fractions"} <= {fn.__name__ for fn in ours}
+    for path in [*schemas.data_files(DATA), site_data.INDEX]:
+        data = schemas.parse_json(path.read_text(), path.name)
+        checks = invariants._CHECKS.get("*", []) + invariants._CHECKS.get(path.name, [])
+        found = [p for fn in checks if fn in ours for p in fn(data, path.name)]
+        assert found == [], (path.name, found)

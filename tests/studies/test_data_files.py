@@ -62,6 +62,15 @@ def test_data_file_has_a_schema_and_matches_it(path):
     schemas.check_file(path)
 
 
+@pytest.mark.guards("data:schemas")
+def test_the_kits_census_index_matches_its_schema_and_the_census():
+    """reference_impl/check/census_index.json, written with census.json, goes through the same validator:
+    its schema, then its agreement with the committed census (schemas/consistency.py)."""
+    index = REPO / "reference_impl" / "check" / "census_index.json"
+    assert schemas.schema_path(index.name).exists()
+    assert len(schemas.check_file(index)["models"]) >= 1
+
+
 def test_every_schema_is_valid_and_names_its_file():
     from jsonschema import Draft202012Validator
 

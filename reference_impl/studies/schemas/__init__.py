@@ -90,6 +90,20 @@ class _Bad:
         self.why = why
 
 
+#: digits of the largest integer a data file may hold: no count, size or seed a study writes comes near
+#: 2**63 (19 digits), while Python refuses to parse integers of more than 4300 digits with a bare ValueError
+MAX_INT_DIGITS = 19
+
+
+def _int(text: str):
+    """A JSON integer; one longer than :data:`MAX_INT_DIGITS` digits is refused (by its length: converting
+    a 5000-digit integer would raise before any check could name the field)."""
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        return _Bad(f"an integer of {len(text.lstrip('-'))} digits",
+                    f"is larger than any count a study writes (at most {MAX_INT_DIGITS} digits)")
+    return int(text)
+
+
 def _float(text: str):
     """A JSON number with a fraction or exponent; ``1e400`` parses as inf in Python, so it is refused too."""
     value = float(text)
@@ -138,7 +152,8 @@ def parse_json(text: str, where: str):
     """JSON as the data files may hold it: no NaN or Infinity, no repeated key, nesting that Python can
     parse; every failure a DataFileError naming the file (and the field, where there is one)."""
     try:
-        data = json.loads(text, parse_constant=_Bad, parse_float=_float, object_pairs_hook=_pairs)
+        data = json.loads(text, parse_constant=_Bad, parse_float=_float, parse_int=_int,
+                          object_pairs_hook=_pairs)
     except json.JSONDecodeError as exc:
         raise DataFileError(f"{where} is not valid JSON (truncated or corrupt?): {exc.msg} at line {exc.lineno}, "
                             f"column {exc.colno}") from exc
@@ -156,13 +171,14 @@ def parse_json(text: str, where: str):
 def check_invariants(data, name: str, where: str, exclude=()) -> None:
     """Runs the physical and consistency checks of :mod:`.invariants` registered for ``name`` (less the
     checks named in ``exclude``); raises DataFileError naming ``where`` and each field found wrong."""
+    from . import consistency  # noqa: F401 - registers its checks beside those of .invariants
     from .invariants import problems
 
     found = problems(data, Path(name).name, exclude)
     if found:
         lines = [f"  at {field}: {problem[:400]}" for field, problem in found[:10]]
         more = f"\n  ... and {len(found) - 10} more" if len(found) > 10 else ""
-        raise DataFileError(f"{where} fails its consistency checks (reference_impl/studies/schemas/invariants.py):\n"
+        raise DataFileError(f"{where} fails its consistency checks (reference_impl/studies/schemas/invariants.py, consistency.py):\n"
                             + "\n".join(lines) + more)
 
 
