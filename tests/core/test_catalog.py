@@ -230,26 +230,31 @@ def test_catalog_holds_the_norms_the_site_covers():
     assert len(CATALOG) >= 10
     for name in ("dyt", "derf", "l2_norm", "llama4_l2_norm", "qk_norm.per_head", "qk_norm.full", "rms_norm.gemma"):
         assert name in CATALOG, name
-    for spec in CATALOG.values():
-        assert spec.source and spec.title and spec.reference and spec.oracle
-        assert any(s[0] == 0 for s in spec.shapes), f"{spec.name}: no 0-row sample"
-        assert any(s[-1] % 2 for s in spec.shapes), f"{spec.name}: no odd width"
 
 
-def test_families_named_by_the_catalog_exist():
+# the catalog-wide rules below are parametrized by entry, so `pytest -k <name>` runs each for that entry
+
+@pytest.mark.parametrize("name", NAMES)
+def test_entry_declares_a_source_and_samples_zero_rows_and_an_odd_width(name):
+    spec = CATALOG[name]
+    assert spec.source and spec.title and spec.reference and spec.oracle
+    assert any(s[0] == 0 for s in spec.shapes), f"{spec.name}: no 0-row sample"
+    assert any(s[-1] % 2 for s in spec.shapes), f"{spec.name}: no odd width"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_families_named_by_the_catalog_exist(name):
     known = {row[0] for row in fam.FAMILIES} | set(fam.OTHER_USERS)
-    for spec in CATALOG.values():
-        unknown = set(spec.families) - known
-        assert not unknown, f"{spec.name} names families that families.py does not know: {unknown}"
+    unknown = set(CATALOG[name].families) - known
+    assert not unknown, f"{name} names families that families.py does not know: {unknown}"
 
 
-def test_registry_holds_every_formula_the_catalog_names():
+@pytest.mark.parametrize("name", NAMES)
+def test_registry_holds_every_formula_the_catalog_names(name):
     from reference_impl import symbolic
 
-    reg = symbolic.registry()
-    for spec in CATALOG.values():
-        missing = set(spec.formulas) - set(reg)
-        assert not missing, f"{spec.name} shows formulas the registry lacks: {missing}"
+    missing = set(CATALOG[name].formulas) - set(symbolic.registry())
+    assert not missing, f"{name} shows formulas the registry lacks: {missing}"
 
 
 def test_llama4_l2_norm_is_bitwise_transformers():
@@ -318,3 +323,136 @@ def test_catalog_formulas_hold_and_match_the_reference(name):
         expected = np.asarray(expected)
         bound = 2 * tol.gamma(4 * args["x"].size + 20, u64) * (np.abs(expected) + np.abs(expected).max())
         tol.assert_within(np.asarray(value), expected, bound, fid)
+
+
+# ------------------------------------------------------------------------------------------ independence
+# A reference and an oracle written by the same hand can share a mistake. Every entry carries a third,
+# independent statement of its math: a SymPy-derived forward formula, or a declared relation to another
+# entry whose chain ends at one (reference_impl/norms/relations.py).
+
+from reference_impl.norms import relations as rel  # noqa: E402
+
+RELATED = [n for n in NAMES if rel.relation_of(CATALOG[n]) is not None]
+
+
+@pytest.mark.guards(*catalog_guards())
+@pytest.mark.parametrize("name", NAMES)
+def test_every_entry_has_an_independent_check(name):
+    problem = rel.independent_check(CATALOG[name], CATALOG)
+    assert problem is None, problem
+
+
+@pytest.mark.guards(*catalog_guards())
+@pytest.mark.parametrize("name", RELATED)
+def test_declared_relation_holds_for_oracle_and_float64_math(name):
+    spec = CATALOG[name]
+    for shape in (s for s in spec.shapes if s[0] > 0):
+        problems = rel.relation_differences(spec, CATALOG, shape, seed=zlib.crc32(name.encode()) % 1000)
+        assert not problems, problems
+
+
+def test_a_spec_with_neither_formulas_nor_a_relation_is_refused():
+    import dataclasses
+
+    bare = dataclasses.replace(CATALOG["rms_norm.llama"], name="scratch", formulas=(), relation=None)
+    assert rel.relation_of(bare) is None
+    assert re.match(r"scratch has no independent check", rel.independent_check(bare, {**CATALOG, "scratch": bare}))
+    looped = dataclasses.replace(bare, relation=rel.Relation("scratch", lambda f, i, p: f(**i), "itself"))
+    assert "circle" in rel.independent_check(looped, {**CATALOG, "scratch": looped})
+    dangling = dataclasses.replace(bare, relation=rel.Relation("no_such_norm", lambda f, i, p: f(**i), "nothing"))
+    assert "not a catalog entry" in rel.independent_check(dangling, CATALOG)
+
+
+# ------------------------------------------------------------------------------------------ optional inputs
+
+def _neutral(key: str, like: torch.Tensor) -> torch.Tensor:
+    """What an absent optional input means: no bias or shift is zero, no gain is one."""
+    return torch.zeros_like(like) if ("bias" in key or "shift" in key) else torch.ones_like(like)
+
+
+def optional_inputs(spec) -> list[str]:
+    """Sample inputs the reference lets a caller leave out (a keyword defaulting to None)."""
+    import inspect
+
+    params = inspect.signature(spec.reference).parameters
+    inputs = spec.sample(_grad_shape(spec), torch.float32)
+    return [k for k in inputs if k in params and params[k].default is None]
+
+
+OPTIONAL = [(n, k) for n in NAMES for k in optional_inputs(CATALOG[n])]
+
+
+@pytest.mark.guards(*catalog_guards())
+@pytest.mark.parametrize("name,absent", OPTIONAL, ids=_id)
+def test_an_optional_input_left_out_is_its_neutral_value(name, absent):
+    """weight=None (bias=None, ...) computes what the oracle computes with a unit gain (zero bias), within
+    the spec's bound, in every dtype: a gain-free path of its own cannot be wrong unseen."""
+    _check_absent(CATALOG[name], absent)
+
+
+def _check_absent(spec, absent):
+    for dtype in spec.dtypes:
+        inputs = spec.sample(_grad_shape(spec), dtype, seed=9)
+        neutral = {**inputs, absent: _neutral(absent, inputs[absent])}
+        got = as_tuple(spec.run_reference({**inputs, absent: None}))
+        expected = outputs64(spec.run_oracle(neutral))
+        for k, (g, e, b) in enumerate(zip(got, expected, as_tuple(spec.bound(neutral, spec.params)))):
+            tol.assert_within(g, e, b, f"{spec.name} without {absent}, {dtype}, output {k}")
+
+
+# ------------------------------------------------------------------------------------------ planted mistakes
+# A contributor's new entry with one consistent mistake must fail somewhere (the issue's CRMSNorm trial).
+
+def _crms_reference(x, weight, eps=1e-6, wrong=False):
+    # CRMSNorm (arXiv:2305.14858): RMSNorm of the d + 1 numbers [x, -sum x], the first d kept
+    s = x.pow(2).sum(-1, keepdim=True) + (0 if wrong else x.sum(-1, keepdim=True).pow(2))
+    return x * torch.rsqrt(s / (x.shape[-1] + (0 if wrong else 1)) + eps) * weight
+
+
+def _crms_oracle(x, weight, eps=1e-6, wrong=False):
+    s = (x * x).sum(-1, keepdims=True) + (0 if wrong else x.sum(-1, keepdims=True) ** 2)
+    return x / np.sqrt(s / (x.shape[-1] + (0 if wrong else 1)) + eps) * weight
+
+
+def _crms_relation(f, i, p):
+    x = i["x"]
+    z = torch.cat([x, -x.sum(-1, keepdim=True)], -1)
+    return f(x=z, weight=torch.ones(z.shape[-1], dtype=x.dtype), eps=p["eps"])[..., :-1] * i["weight"]
+
+
+def _crms(wrong: bool, relation=True):
+    import dataclasses
+
+    return dataclasses.replace(
+        CATALOG["rms_norm"], name="crms_norm", title="CRMSNorm", formulas=(), build_formulas=None,
+        reference=lambda x, weight, eps, wrong=wrong: _crms_reference(x, weight, eps, wrong),
+        oracle=lambda x, weight, eps, wrong=wrong: _crms_oracle(x, weight, eps, wrong), params={"eps": 1e-6},
+        implementations={}, match_kind=None, layer=None,
+        relation=rel.Relation("rms_norm", _crms_relation, "RMSNorm of [x, -sum x]") if relation else None)
+
+
+def test_planted_a_reference_and_oracle_sharing_a_wrong_formula_fail_the_relation():
+    right, wrong = _crms(False), _crms(True)
+    for spec in (right, wrong):  # reference and oracle agree with each other either way
+        inputs = spec.sample((3, 7), torch.float64, seed=1)
+        np.testing.assert_allclose(spec.run_reference(inputs).numpy(), spec.run_oracle(inputs), rtol=1e-12)
+    assert rel.relation_differences(right, CATALOG, (3, 7)) == []
+    problems = rel.relation_differences(wrong, CATALOG, (3, 7))
+    assert any("oracle is not RMSNorm of [x, -sum x]" in p for p in problems), problems
+    assert any("float64 math is not RMSNorm" in p for p in problems), problems
+    assert "no independent check" in rel.independent_check(_crms(True, relation=False), CATALOG)
+
+
+def test_planted_a_wrong_gain_free_path_fails():
+    import dataclasses
+
+    dyt = CATALOG["dyt"]
+
+    def reference(x, alpha, weight=None, bias=None):
+        out = dyt.reference(x, alpha, weight, bias)
+        return out * 1.01 if weight is None else out  # the gain-free path scales by mistake
+
+    planted = dataclasses.replace(dyt, name="scratch_dyt", reference=reference)
+    _check_absent(dyt, "weight")
+    with pytest.raises(AssertionError, match="scratch_dyt without weight"):
+        _check_absent(planted, "weight")
