@@ -418,6 +418,11 @@ def explain(fn, report, target, cases, residual: bool, *, fn_name: str, args: st
             add("layout", "the function gives other bits on a non-contiguous or 3-d input than on the same values "
                           "in a contiguous 2-d tensor (it depends on the memory layout)", worst,
                 f"{len(values)} failing cases, all {', '.join(sorted({by_id[r.case].layout for r in values}))}")
+        elif f is None and all(r.problem is None and r.within_bound for r in values):
+            add("bits_within_bound", f"the function differs from {target.name}'s module in its last bits only, within "
+                                     "the float64 bound (it adds or rounds in another order); pass bits=False "
+                                     "(--no-bits) to accept it", worst,
+                f"{len(values)} failing cases, at most {worst.max_ulp} ulp from the module")
         elif f is None:
             desc = report.match.description if report.match is not None else "differs from every catalog order"
             add("unexplained", f"no single change of {target.name}'s order reproduces the function; it {desc}",

@@ -3,19 +3,24 @@
 Writes ``docs/data/check_example.json``: :func:`reference_impl.check.check_norm` on a user's RMSNorm in the
 Gemma 3 order and on two subtly wrong variants of it (rounding before the gain; eps outside the root),
 against ``gemma3_text``. For each: the verdict, the table the kit prints for the failing cases, the
-diagnosis, and the catalog entry it equals (or the closest one). Deterministic (fixed seeds), a few seconds.
+diagnosis, and the catalog entry it equals (or the closest one). Then each of the kit's features on one
+more function (``features``: the diagnosis by experiment, bits within the bound, batch invariance,
+gradients that do not reach the weight, a forward-only check) and the command's answers to bad input
+(``usage``). Deterministic (fixed seeds), a few seconds.
 """
 from __future__ import annotations
 
 import sys
 
 from ..provenance import REPO, finish, python_closure, record, write_json
+from . import check_example_norms as N
 from .check_example_norms import eps_outside, gemma_rms_norm, rounds_before_gain
 
 OUT = REPO / "docs" / "data" / "check_example.json"
 COMMAND = "python -m reference_impl.studies.check_example"
 SOURCES = python_closure("reference_impl/studies/check_example.py", "reference_impl/studies/check_example_norms.py",
-                         "reference_impl/check/kit.py", "reference_impl/check/cli.py")
+                         "reference_impl/check/kit.py", "reference_impl/check/cli.py",
+                         "reference_impl/check/diagnosis.py", "reference_impl/check/consistency.py")
 MODEL = "gemma3_text"
 DTYPES = ("bf16", "fp32")
 
@@ -71,12 +76,54 @@ def run_cli() -> tuple[int, str]:
     return rc, buf.getvalue()
 
 
+# each of the kit's features on a function of check_example_norms.py: (function, model, check_norm options)
+FEATURES = {
+    "sum_in_half": (N.sum_in_half, "qwen3", {"dtypes": ("bf16",)}),
+    "blocked_sum": (N.blocked_sum, "qwen3", {"dtypes": ("fp32",)}),
+    "blocked_sum_no_bits": (N.blocked_sum, "qwen3", {"dtypes": ("fp32",), "bits": False}),
+    "split_by_batch": (N.split_by_batch, "qwen3", {"dtypes": ("fp32",), "batch_invariant": True}),
+    "detached_weight": (N.detached_weight, "qwen3", {"dtypes": ("bf16",)}),
+    "detached_weight_forward_only": (N.detached_weight, "qwen3", {"dtypes": ("bf16",), "grads": False}),
+}
+# the command's answers to bad input: one line on stderr, exit status 2
+USAGE = (["--eps", "inf"], ["--device", "banana"], ["--dtypes", ""], ["--model", "gemma99"])
+
+
+def run_feature(fn, model, opts) -> dict:
+    from ..check import check_norm
+
+    rep = check_norm(fn, model, raise_on_failure=False, **opts)
+    return {"function": fn.__name__, "model": model,
+            "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in opts.items()},
+            "ok": rep.ok, "cases": len(rep.results), "failed": len(rep.failures),
+            "verdict": rep.summary().splitlines()[-1], "diagnosis": rep.diagnosis,
+            "findings": [f.key for f in rep.findings], "notes": list(rep.notes),
+            "first_failure": rep.failures[0].problem or "" if rep.failures else ""}
+
+
+def run_usage(args) -> dict:
+    import contextlib
+    import io
+
+    from ..check.cli import main as cli_main
+
+    err = io.StringIO()
+    full = ["reference_impl.studies.check_example_norms:gemma_rms_norm"] + \
+        (args if "--model" in args else ["--model", MODEL] + args)
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = cli_main(full)
+    return {"command": "python -m reference_impl.check " + " ".join(a if a else '""' for a in full),
+            "exit_status": rc, "stderr": err.getvalue().rstrip("\n")}
+
+
 def compute() -> dict:
     rc, out = run_cli()
     return {"model": MODEL, "dtypes": list(DTYPES),
             "command": "python -m reference_impl.check " + " ".join(CLI_ARGS), "cli_exit_status": rc,
             "cli_output": out.rstrip("\n"),
-            "runs": {name: run_one(fn) for name, fn in FUNCTIONS.items()}}
+            "runs": {name: run_one(fn) for name, fn in FUNCTIONS.items()},
+            "features": {name: run_feature(*spec) for name, spec in FEATURES.items()},
+            "usage": [run_usage(a) for a in USAGE]}
 
 
 def main(argv=None) -> int:

@@ -25,3 +25,37 @@ def eps_outside(x, weight, eps):
     y = xf / (xf.pow(2).mean(-1, keepdim=True).sqrt() + eps)
     return (y * (1.0 + weight.float())).to(x.dtype)
 # --8<-- [end:user_norms]
+
+
+# --8<-- [start:more_norms]
+def sum_in_half(x, weight, eps):
+    """Wrong for Qwen3 (Llama's order): the mean of squares is taken in x's dtype."""
+    ms = x.pow(2).mean(-1, keepdim=True)
+    return weight * (x.float() * torch.rsqrt(ms.float() + eps)).to(x.dtype)
+
+
+def blocked_sum(x, weight, eps):
+    """Accurate, not bit-identical: the sum of squares in blocks of 16 columns, as a tiled kernel adds."""
+    xf = x.float()
+    d = x.shape[-1]
+    ms = sum(xf[..., i:i + 16].pow(2).sum(-1, keepdim=True) for i in range(0, d, 16)) / d
+    return weight * (xf * torch.rsqrt(ms + eps)).to(x.dtype)
+
+
+def split_by_batch(x, weight, eps):
+    """Right row by row, but a batch of 32 rows or more adds the two halves of each row apart (a kernel that
+    picks its split by the number of rows): a row's bits depend on its batch."""
+    xf = x.float()
+    if x.shape[0] >= 32:
+        h = x.shape[-1] // 2
+        ms = (xf[..., :h].pow(2).sum(-1, keepdim=True) + xf[..., h:].pow(2).sum(-1, keepdim=True)) / x.shape[-1]
+    else:
+        ms = xf.pow(2).mean(-1, keepdim=True)
+    return weight * (xf * torch.rsqrt(ms + eps)).to(x.dtype)
+
+
+def detached_weight(x, weight, eps):
+    """Right forward, but the weight is detached: no gradient reaches it."""
+    xf = x.float()
+    return weight.detach() * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+# --8<-- [end:more_norms]

@@ -37,3 +37,25 @@ def test_the_page_shows_what_the_kit_says_about_the_wrong_variants():
     assert DATA["cli_exit_status"] == 1 and runs["rounds_before_gain"]["table"] in DATA["cli_output"]
     rc, out = E.run_cli()
     assert rc == DATA["cli_exit_status"] and out.rstrip("\n") == DATA["cli_output"]
+
+
+@pytest.mark.guards("check.example", "check.diagnosis")
+@pytest.mark.parametrize("name", ["sum_in_half", "blocked_sum", "split_by_batch", "detached_weight_forward_only"])
+def test_each_feature_on_the_page_reproduces(name):
+    fresh = E.run_feature(*E.FEATURES[name])
+    assert fresh == DATA["features"][name]
+
+
+def test_the_page_shows_what_each_feature_says():
+    f = DATA["features"]
+    assert f["sum_in_half"]["findings"] == ["acc_in_x"]
+    assert f["sum_in_half"]["diagnosis"].startswith("the sum of squares is accumulated in bfloat16")
+    assert f["blocked_sum"]["findings"] == ["bits_within_bound"] and "bits=False" in f["blocked_sum"]["diagnosis"]
+    assert f["blocked_sum_no_bits"]["ok"] and not f["blocked_sum"]["ok"]
+    assert f["split_by_batch"]["findings"] == ["batch_variant"]
+    assert f["detached_weight"]["findings"] == ["missing_grad"]
+    assert f["detached_weight_forward_only"]["ok"]
+    assert f["detached_weight_forward_only"]["notes"] == ["forward-only: gradients not checked"]
+    for u in DATA["usage"]:
+        assert u["exit_status"] == 2 and u["stderr"].startswith("error: ") and "\n" not in u["stderr"]
+    assert [E.run_usage(a) for a in E.USAGE] == DATA["usage"]
