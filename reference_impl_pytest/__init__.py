@@ -6,7 +6,7 @@ below is used.
 
 - ``pytest --norm-impl pkg.mod:fn --norm-model qwen3`` adds one test per case of the check (named by
   dtype, gain dtype, shape and scale) and one ``diagnosis`` test that names the convention ``fn`` equals;
-  ``--norm-convention``, ``--norm-eps``, ``--norm-dtypes``, ``--norm-weight-dtypes``, ``--norm-device``,
+  ``--norm-convention``, ``--norm-class``, ``--norm-eps``, ``--norm-dtypes``, ``--norm-weight-dtypes``, ``--norm-device``,
   ``--norm-no-grads``, ``--norm-no-bits``, ``--norm-batch-invariant``, ``--norm-residual`` as the command's
   options. A bad option or an unknown model is pytest's usage error (exit 4); a failing case prints its
   table row, and the ``diagnosis`` test names what differs.
@@ -29,6 +29,9 @@ def pytest_addoption(parser):
                 help="a norm function or module to check, as module:function (repeatable)")
     g.addoption("--norm-model", default=None, help="the model type or family its convention comes from (qwen3)")
     g.addoption("--norm-convention", default=None, help="a catalog entry or casting order (rms_norm.gemma)")
+    g.addoption("--norm-class", default=None,
+                help="one norm of the model, by class (Qwen3NextRMSNormGated) or role (q, k, value, latent, "
+                     "inner_output, final)")
     g.addoption("--norm-eps", default=None, help="eps instead of the model's (a finite number >= 0)")
     g.addoption("--norm-dtypes", default="bf16,fp16,fp32", help="x dtypes, comma-separated")
     g.addoption("--norm-weight-dtypes", default=None,
@@ -65,7 +68,8 @@ def _options(config) -> dict:
             raise pytest.UsageError(f"--norm-eps must be a finite number >= 0, got {config.getoption('norm_eps')!r}")
     return {"convention": config.getoption("norm_convention"), "eps": eps, "dtypes": dtypes,
             "weight_dtypes": None if wd is None else [w.strip() for w in wd.split(",") if w.strip()],
-            "device": config.getoption("norm_device"), "residual": config.getoption("norm_residual")}
+            "device": config.getoption("norm_device"), "residual": config.getoption("norm_residual"),
+            "norm": config.getoption("norm_class")}
 
 
 def _cases(model, where: str, **opts):
@@ -147,7 +151,8 @@ class NormDiagnosisItem(pytest.Item):
         report = Report(_fn_name(self.fn), target, truth(target, cases[0].probe, residual)[2], [r for _, r in pairs])
         if report.ok:
             return
-        args = ", ".join(f"{k}={v!r}" for k, v in (("model", self.model), ("convention", self.options["convention"]),
+        args = ", ".join(f"{k}={v!r}" for k, v in (("model", self.model), ("norm", self.options["norm"]),
+                                                   ("convention", self.options["convention"]),
                                                    ("eps", self.options["eps"])) if v is not None)
         found = explain(self.fn, report, target, cases, residual, fn_name=report.function, args=args)
         text = "; also ".join(f.text() if i == 0 else f.sentence for i, f in enumerate(found))
@@ -176,7 +181,7 @@ class NormCheckCollector(pytest.Collector):
         config = self.config
         model = config.getoption("norm_model")
         opts = _options(config)
-        if model is None and opts["convention"] is None:
+        if model is None and opts["convention"] is None and opts["norm"] is None:
             raise pytest.UsageError("--norm-impl needs --norm-model (a transformers model type such as qwen3) "
                                     "or --norm-convention")
         try:

@@ -19,10 +19,12 @@ from .report import CaseResult, NormCheckFailed, Report
 def norm_cases(model=None, **kwargs) -> list:
     """The cases of a check, for ``pytest.mark.parametrize``: each carries its target, so
     ``check_case(fn, case)`` runs it. Keyword arguments as :func:`check_norm` (convention, eps, dtypes,
-    weight_dtypes, widths, scales, residual, device)."""
+    weight_dtypes, widths, scales, residual, device, norm)."""
     from .kit import check_device
 
-    target = resolve(model, kwargs.pop("convention", None), kwargs.pop("eps", None))
+    from .options import target_for
+
+    target = target_for(model, kwargs.pop("convention", None), kwargs.pop("eps", None), kwargs.pop("norm", None))
     if "device" in kwargs:
         kwargs["device"] = check_device(kwargs["device"])
     residual = kwargs.get("residual", False)

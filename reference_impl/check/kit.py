@@ -27,7 +27,8 @@ import numpy as np
 import torch
 
 from . import matching as M
-from .models import HF_EXTRA, Target, hf_module, resolve
+from .models import HF_EXTRA, Target, hf_module
+from .options import _dtype, check_device, target_for  # noqa: F401 (check_device: part of the kit's API)
 from .report import CaseResult, NormCheckFailed, Report
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -49,17 +50,6 @@ class Case:
         return self.id
 
 
-def _dtype(v) -> torch.dtype:
-    if isinstance(v, torch.dtype):
-        return v
-    names = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
-             "half": torch.float16, "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
-             "fp64": torch.float64, "float64": torch.float64}
-    if v not in names:
-        raise ValueError(f"unknown dtype {v!r}; use a torch dtype or one of {', '.join(names)}")
-    return names[v]
-
-
 def plan(target: Target, dtypes=DTYPES, weight_dtypes=None, widths=WIDTHS, scales=SCALES, residual=False,
          device="cpu", seed=0) -> list[Case]:
     """Every input of a check: each x dtype with each gain dtype (default: x's own half dtype, as a
@@ -68,6 +58,7 @@ def plan(target: Target, dtypes=DTYPES, weight_dtypes=None, widths=WIDTHS, scale
     ``(tokens, heads, head_dim)``)."""
     cases = []
     bias = target.bias
+    gated = target.kind == "gated_rms"
     if isinstance(weight_dtypes, str):  # "x": the gain in x's dtype; "fp32"; "bf16,fp32"
         weight_dtypes = [w.strip() for w in weight_dtypes.split(",") if w.strip()]
     if isinstance(dtypes, str):
@@ -82,15 +73,14 @@ def plan(target: Target, dtypes=DTYPES, weight_dtypes=None, widths=WIDTHS, scale
             ([dt, torch.float32] if dt in (torch.float16, torch.bfloat16) else [dt])
         wdts = list(dict.fromkeys(wdts))
         for wdt in wdts:
-            probes = M.make_probes(widths, [dt], [wdt], gain=target.gain, bias=bias, eps=target.eps, scales=scales,
-                                   seed=seed, residual=residual)
-            probes += M.make_probes(widths[:1], [dt], [wdt], gain=target.gain, bias=bias, eps=target.eps,
-                                    scales=(1.0,), seed=seed + 1, residual=residual, noncontiguous=True)
-            three = M.make_probes(widths[-1:], [dt], [wdt], gain=target.gain, bias=bias, eps=target.eps,
-                                  scales=(1.0,), seed=seed + 2, residual=residual)
+            kw = {"gain": target.gain, "bias": bias, "eps": target.eps, "residual": residual, "gate": gated}
+            probes = M.make_probes(widths, [dt], [wdt], scales=scales, seed=seed, **kw)
+            probes += M.make_probes(widths[:1], [dt], [wdt], scales=(1.0,), seed=seed + 1, noncontiguous=True, **kw)
+            three = M.make_probes(widths[-1:], [dt], [wdt], scales=(1.0,), seed=seed + 2, **kw)
             for p in three:
                 p.x = p.x.reshape(2, 2, -1)
                 p.residual = None if p.residual is None else p.residual.reshape(2, 2, -1)
+                p.gate = None if p.gate is None else p.gate.reshape(2, 2, -1)
                 p.label = p.label.replace("(4,", "(2, 2,")
             for p in probes + three:
                 if device != "cpu":
@@ -98,6 +88,7 @@ def plan(target: Target, dtypes=DTYPES, weight_dtypes=None, widths=WIDTHS, scale
                     p.weight = None if p.weight is None else p.weight.to(device)
                     p.bias = None if p.bias is None else p.bias.to(device)
                     p.residual = None if p.residual is None else p.residual.to(device)
+                    p.gate = None if p.gate is None else p.gate.to(device)
                 layout = "strided" if not p.x.is_contiguous() else ("3-d" if p.x.dim() == 3 else "contiguous")
                 wname = "none" if p.weight is None else M.dtype_name(p.weight.dtype)
                 cid = f"{M.dtype_name(dt)}-w{wname}-{'x'.join(map(str, p.x.shape))}-s{p.scale:g}" + \
@@ -145,7 +136,11 @@ def call(fn, p: M.Probe, target: Target, residual=False, x=None, weight=None):
     w = p.weight if weight is None else weight
     if isinstance(fn, torch.nn.Module):
         m, _ = module_for(fn, p, target, w)
+        if p.gate is not None:
+            return m(x, p.gate)
         return m(x, p.residual) if residual else m(x)
+    if target.kind == "gated_rms":
+        return fn(x, w, p.gate, p.eps)
     if residual:
         return fn(x, p.residual, w, p.eps)
     if target.kind == "layer":
@@ -166,10 +161,21 @@ def truth(target: Target, p: M.Probe, residual=False, use_hf=True):
         s = x + p.residual  # the decoder layer's "hidden_states = residual + hidden_states", in x's dtype
         x = s
     if use_hf:
-        m = hf_module(target, x.shape[-1], p.weight, p.bias)
+        if target.kind == "gated_rms":
+            from .roles import gated_module
+
+            m = gated_module(target, x.shape[-1], p.weight)
+        else:
+            m = hf_module(target, x.shape[-1], p.weight, p.bias)
         if m is not None:
             with torch.no_grad():
-                return m.to(x.device)(x), s, f"{target.norm_class} from the installed transformers"
+                y = m.to(x.device)(x) if p.gate is None else m.to(x.device)(x, p.gate)
+                return y, s, f"{target.norm_class} from the installed transformers"
+    if target.kind == "gated_rms":
+        from .roles import gated_truth
+
+        with torch.no_grad():
+            return gated_truth(target, p), s, f"the catalog's {target.convention} (a replay of the module's order)"
     cand = next(c for c in candidate_list(target.kind) if c.name == target.candidate)
     q = M.Probe(x, p.weight, p.bias, p.eps, p.label, p.gain, None, p.scale)
     with torch.no_grad():
@@ -194,14 +200,19 @@ def _spec_params(target: Target) -> tuple:
     return spec, params
 
 
-def oracle_and_bound(target: Target, x, weight, bias):
+def oracle_and_bound(target: Target, x, weight, bias, gate=None):
     """The float64 output of the target's math and the derived bound per element (tolerances.py)."""
     spec, params = _spec_params(target)
     ins = {"x": x}
-    if target.kind in ("rms", "layer"):
+    if target.kind in ("rms", "layer", "gated_rms"):
         ins["weight"] = weight
     if target.kind == "layer":
         ins["bias"] = bias
+    if target.kind == "gated_rms":
+        from .roles import gated_params
+
+        ins["gate"] = gate
+        params = {k: v for k, v in gated_params(target).items() if k in params or k == "activation"}
     ins = {k: (None if v is None else v.detach().cpu()) for k, v in ins.items()}
     exact = spec.oracle(**{k: (None if v is None else v.double().numpy()) for k, v in ins.items()}, **params)
     bound = spec.bound(ins, params)
@@ -285,7 +296,7 @@ def grad_call(fn, p: M.Probe, target: Target, residual: bool):
 def _grads(fn, target: Target, p: M.Probe, residual: bool) -> tuple[float | None, str | None, str | None]:
     """The largest gradient error over its bound (dx, the weight's and the bias's gradients), against
     float64: ``(ratio, note, problem)``; a gradient that does not reach an input is a problem."""
-    if residual or target.kind == "l2":
+    if residual or target.kind not in ("rms", "layer"):
         return None, "gradients are checked for RMSNorm and LayerNorm only", None
     x = p.x.detach().clone().requires_grad_(True)
     w = None if p.weight is None else p.weight.detach().clone().requires_grad_(True)
@@ -379,7 +390,7 @@ def run_case(fn, target: Target, case: Case, *, grads=True, bits=True, use_hf=Tr
                        f"{same.numel()} elements")
         return res
     x_for_bound = ref_s if residual else p.x
-    exact, bound = oracle_and_bound(target, x_for_bound, p.weight, p.bias)
+    exact, bound = oracle_and_bound(target, x_for_bound, p.weight, p.bias, p.gate)
     bad_nan = (~torch.isfinite(out.detach().cpu())) & torch.from_numpy(np.isfinite(exact)) & \
         torch.isfinite(ref.detach().cpu())
     if bool(bad_nan.any()):
@@ -424,11 +435,11 @@ def _hf_available(target: Target, use_hf) -> tuple[bool, str | None]:
 
 
 def diagnose(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weight_dtypes=None, widths=WIDTHS,
-             residual=False, device="cpu"):
+             residual=False, device="cpu", norm=None):
     """Which catalog convention (and eps placement) ``fn`` equals bit for bit on the kit's inputs, as a
     :class:`~reference_impl.check.matching.Match`; ``model``/``convention`` decide the kind, the gain storage
     and eps, and the model's own convention is preferred when several match."""
-    target = resolve(model, convention, eps)
+    target = target_for(model, convention, eps, norm)
     device = check_device(device)
     cases = [c for c in plan(target, dtypes, weight_dtypes, widths, residual=residual, device=device)
              if c.layout == "contiguous"]
@@ -437,22 +448,9 @@ def diagnose(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weight
     return M.match(lambda p: call(fn, p, target, residual), [c.probe for c in cases], kind, prefer=prefer)
 
 
-def check_device(device) -> str:
-    """``device`` as the kit accepts it ("cpu", "cuda", "cuda:N"), or a ValueError naming what it accepts."""
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"unknown device {device!r}; the kit runs on cpu or cuda (cuda:N)") from None
-    if dev.type not in ("cpu", "cuda"):
-        raise ValueError(f"device {device!r}: the kit runs on cpu or cuda (cuda:N), not {dev.type}")
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r}: torch sees no CUDA device here; use cpu")
-    return str(dev)
-
-
 def check_norm(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weight_dtypes=None, device="cpu",
                grads=True, bits=True, residual=False, widths=WIDTHS, scales=SCALES, use_hf=True, strict_dtype=True,
-               batch_invariant=False, raise_on_failure=True) -> Report:
+               batch_invariant=False, norm=None, raise_on_failure=True) -> Report:
     """Check ``fn`` (a function or an ``nn.Module``, called as the module docstring says) against a model's
     norm, and return a :class:`~reference_impl.check.report.Report`; raise
     :class:`~reference_impl.check.report.NormCheckFailed` (an AssertionError) with the table and a diagnosis
@@ -469,12 +467,14 @@ def check_norm(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weig
     the module's fails. ``widths``/``scales``: the probes' row widths and the scales of x.
     ``batch_invariant``: also require, on each contiguous case, the same bits for a row (and its gradient)
     alone, at any position of batches of other sizes and between padding rows, and for repeated calls
-    (:mod:`reference_impl.check.consistency`).
+    (:mod:`reference_impl.check.consistency`). ``norm``: one norm of the model, by class
+    ("Qwen3NextRMSNormGated") or role ("q", "k", "value", "latent", "inner output", "final"); a gated norm
+    is called as ``fn(x, weight, gate, eps)`` (:mod:`reference_impl.check.roles`).
     The diagnosis of a failing check is an experiment (:mod:`reference_impl.check.diagnosis`).
     """
     from .diagnosis import explain
 
-    target = resolve(model, convention, eps)
+    target = target_for(model, convention, eps, norm)
     if not callable(fn):
         raise TypeError(f"fn must be a function or an nn.Module, got {type(fn).__name__}")
     device = check_device(device)
@@ -501,7 +501,8 @@ def check_norm(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weig
     if report.ok:
         report.diagnosis = _diagnosis(report, target, residual)
     else:
-        args = ", ".join(f"{k}={v!r}" for k, v in (("model", model), ("convention", convention), ("eps", eps),
+        args = ", ".join(f"{k}={v!r}" for k, v in (("model", model), ("norm", norm), ("convention", convention),
+                                                   ("eps", eps),
                                                    ("residual", residual or None), ("bits", None if bits else False),
                                                    ("grads", None if grads else False),
                                                    ("batch_invariant", batch_invariant or None))
@@ -538,11 +539,18 @@ def _bits_hint(report: Report) -> None:
                             "bit-identical, pass bits=False (--no-bits, --norm-no-bits)")
 
 
+def _want(target: Target, residual: bool) -> str:
+    """The matching candidate that is the target's own order."""
+    if residual:
+        return f"fused_add_rms_norm.{target.convention}"
+    return target.convention if target.kind == "gated_rms" else target.candidate
+
+
 def _prefer(target: Target, residual: bool) -> list[str]:
     """The model's own convention first, then its other eps placement (so a tie names the family)."""
     if residual:
         return [f"fused_add_rms_norm.{target.convention}"]
-    names = [target.candidate]
+    names = [_want(target, residual)]
     if target.kind == "rms":
         names += [c.name for c in M.candidate_list("rms") if c.convention == target.convention and not c.folded]
     return names
@@ -553,7 +561,9 @@ def _diagnosis(report: Report, target: Target, residual: bool) -> str:
     if m is None:
         return ""
     expected = M.Candidate(target.candidate, target.entry, target.convention, target.placement).describe()
-    want = f"fused_add_rms_norm.{target.convention}" if residual else target.candidate
+    want = _want(target, residual)
+    if target.kind == "gated_rms":
+        expected = M.describe(want, "gated_rms")
     if m.matched == want or want in m.all_matched:
         return f"the function equals {want} bit for bit: it {expected}, as {target.name} does"
     if report.ok:  # bits not required: within the float64 bound, not the module's bits

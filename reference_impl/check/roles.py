@@ -1,0 +1,147 @@
+"""Every norm of a model, by class or by role: ``check_norm(fn, model="qwen3_next", norm="inner_output")`` or
+``norm="Qwen3NextRMSNormGated"``.
+
+The census traced each model and recorded, for each norm module of a decoder layer, its class and its role
+(what it is applied to: ``input``, ``q_per_head``/``q_whole``, ``k_per_head``/``k_whole``, ``latent``,
+``inner_output``, a norm on the values, ...) and whether the model ends with a final norm. This module reads
+that list (``models[].layer`` and ``final_norm`` of ``docs/data/census.json``, with the classes' facts from
+its ``classes``) and turns a class name or a role into the kit's :class:`~reference_impl.check.models.Target`.
+
+Roles accepted (any case, any separator): ``q``, ``k``, ``value``, ``latent``, ``inner output``, ``final``,
+``input``, ``sublayer output``, ``residual sum``, and the census's own role names. A gated class
+(``Qwen3NextRMSNormGated``, ``MambaRMSNormGated``, ``FalconH1RMSNormGated``) gives a target of kind
+``"gated_rms"``, checked as ``fn(x, weight, gate, eps)`` against the class itself with its activation and
+order.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+from . import matching as M
+from .models import Target, _from_index, _squash, _similar, resolve
+
+_ROLES = {"q": ("q_per_head", "q_whole"), "k": ("k_per_head", "k_whole"), "latent": ("latent",),
+          "inneroutput": ("inner_output",), "input": ("input",), "sublayeroutput": ("sublayer_output",),
+          "residualsum": ("residual_sum",), "value": ("value",), "final": ("final",)}
+
+
+@lru_cache(maxsize=1)
+def census() -> dict:
+    """docs/data/census.json of this checkout; a ValueError saying what is missing otherwise."""
+    from ..provenance import REPO
+
+    path = REPO / "docs" / "data" / "census.json"
+    if not path.exists():
+        raise ValueError("norm= needs the census's list of each model's norms (docs/data/census.json, in a checkout "
+                         "of the repository); pass convention= to check against a catalog entry instead")
+    return json.loads(path.read_text())
+
+
+def norms_of(model_type: str) -> list[dict]:
+    """The norms of a model as ``{"role", "module", "class"}`` rows: the layer's norms in the census's order
+    (a norm on the values gets the role ``value``), then the final norm (the model's first norm class)."""
+    row = next((m for m in census()["models"] if m["model_type"] == model_type), None)
+    if row is None:
+        return []
+    out = []
+    for n in row.get("layer") or []:
+        role = n["role"]
+        if role == "other" and "on the values" in (n.get("note") or ""):
+            role = "value"
+        out.append({"role": role, "module": n["module"], "class": n["class"]})
+    if row.get("final_norm") and row.get("norm_classes"):
+        out.append({"role": "final", "module": "norm", "class": row["norm_classes"][0]})
+    return out
+
+
+def _class(name: str) -> dict | None:
+    want = _squash(name)
+    return next((c for c in census()["classes"] if _squash(c["name"]) == want), None)
+
+
+def resolve_norm(model: str | None, norm: str, eps: float | None = None) -> Target:
+    """The target for one norm of ``model`` named by its class or its role (see the module docstring)."""
+    if not isinstance(norm, str) or not norm.strip():
+        raise ValueError(f"norm must be a norm class or a role ({', '.join(sorted(_ROLES))}), got {norm!r}")
+    base = resolve(model) if model is not None else None
+    mt = base.name if base is not None else None
+    listed = norms_of(mt) if mt else []
+    cls = _class(norm)
+    where = f"class {norm}"
+    if cls is None:
+        roles = _ROLES.get(_squash(norm), (norm,))
+        hits = [n for n in listed if n["role"] in roles]
+        if model is None:
+            raise ValueError(f"norm={norm!r} is not a norm class the census knows; a role needs model=")
+        if not hits:
+            have = ", ".join(f"{n['role']} ({n['class']})" for n in listed) or "none traced"
+            near = [n for n in _similar(norm, [c["name"] for c in census()["classes"]] + list(_ROLES))
+                    if _squash(n) != _squash(norm)]
+            raise ValueError(f"{mt} has no norm {norm!r}; its norms: {have}"
+                             + (f"; similar names: {', '.join(near)}" if near else ""))
+        cls = _class(hits[0]["class"])
+        where = f"its {hits[0]['role']} norm {hits[0]['module']} ({hits[0]['class']})"
+    elif mt and listed and cls["name"] not in {n["class"] for n in listed}:
+        where += f" (not among the norms the census traced in {mt}'s default config)"
+    if cls is None or not cls.get("catalog"):
+        raise ValueError(f"{where}: the census matched no catalog entry to it, so the kit has no order to check")
+    use_eps = eps if eps is not None else (base.eps if base is not None else float(cls.get("eps_default") or 1e-6))
+    name = f"{mt}:{cls['name']}" if mt else cls["name"]
+    version = census().get("provenance", {}).get("versions", {}).get("transformers", "?")
+    source = f"the census of transformers {version} (docs/data/census.json): {where}"
+    if cls["kind"] == "gated_rms":
+        cand = next((c for c in M.candidate_list("gated_rms") if c.name == cls["catalog"]), None)
+        if cand is None:
+            raise ValueError(f"{where}: the census names {cls['catalog']!r}, which is no gated entry of this catalog")
+        return Target(name=name, entry=cand.entry, kind="gated_rms", convention=cand.name, eps=float(use_eps), gain="w",
+                      gain_dtype=cls.get("gain_dtype") or "float32", module=cls["module"], norm_class=cls["name"],
+                      source=source)
+    if cls["kind"] not in ("rms", "layer"):
+        raise ValueError(f"{where} is a {cls['kind']} norm; the kit checks RMSNorm, LayerNorm and gated RMSNorm")
+    row = {"catalog": cls["catalog"], "eps": use_eps, "gain": cls.get("gain"), "gain_dtype": cls.get("gain_dtype"),
+           "module": cls["module"], "norm_class": cls["name"], "bias": cls.get("bias")}
+    t = _from_index(name, row, version)
+    return Target(**{**t.__dict__, "source": source})
+
+
+def gated_params(target: Target) -> dict:
+    """The catalog parameters of a gated target: its entry's, with the candidate's options (the activation)."""
+    from ..norms import CATALOG
+
+    cand = next(c for c in M.candidate_list("gated_rms") if c.name == target.convention)
+    opts = {k: v for k, v in cand.options if k not in ("convention", "placement", "folded")}
+    return {**CATALOG[target.entry].params, **opts, "eps": target.eps}
+
+
+def gated_truth(target: Target, p: M.Probe):
+    """The catalog's replay of a gated target's order (when the class cannot be built)."""
+    from ..norms import CATALOG
+
+    cand = next(c for c in M.candidate_list("gated_rms") if c.name == target.convention)
+    return CATALOG[target.entry].match_run(p, **dict(cand.options))
+
+
+def gated_module(target: Target, d: int, weight):
+    """The model's gated norm class, width ``d``, one group (as the census probed it: Mamba-2's
+    ``group_size = d``, Falcon-H1's ``n_groups = 1``), holding ``weight`` exactly; None when the class cannot
+    be imported (the catalog's replay is used)."""
+    import importlib
+    import inspect
+
+    import torch
+
+    try:
+        cls = getattr(importlib.import_module(target.module), target.norm_class)
+    except (ImportError, AttributeError):
+        return None
+    params = inspect.signature(cls.__init__).parameters
+    kw = {"eps": target.eps}
+    if "group_size" in params:
+        kw["group_size"] = d
+    if "n_groups" in params:
+        kw["n_groups"] = 1
+    m = cls(d, **kw)
+    with torch.no_grad():
+        m.weight = torch.nn.Parameter(weight.detach().clone(), requires_grad=False)
+    return m.eval()
