@@ -4,7 +4,11 @@ For every spec: the reference against the float64 oracle within the spec's bound
 odd widths, every dtype), every implementation against the oracle, float64 gradcheck and gradgradcheck
 (of the reference, or of its float64 twin when the reference computes in float32 whatever the input, with
 the reference's own first and second derivatives then compared to the twin's), torch.compile with
-fullgraph=True against eager, and the bad calls it must reject with a clear error.
+fullgraph=True against eager, and the bad calls it must reject with a clear error. So that one consistent
+mistake cannot pass: an independent statement of each entry's math (SymPy formulas or a declared relation),
+gradients in every dtype against the float64 gradient, every optional input left out, every bound shown
+tight; each rule is parametrized by entry (``-k <name>`` runs them all), and a scratch entry with each
+planted mistake fails.
 """
 from __future__ import annotations
 
@@ -456,3 +460,129 @@ def test_planted_a_wrong_gain_free_path_fails():
     _check_absent(dyt, "weight")
     with pytest.raises(AssertionError, match="scratch_dyt without weight"):
         _check_absent(planted, "weight")
+
+
+# ------------------------------------------------------------------------------------------ gradients in every dtype
+
+def _low_precision_grad_problems(spec, dtype) -> list[str]:
+    """The reference's gradients for ``dtype`` input against the float64 gradient on the same (rounded)
+    inputs and cotangent. Bound, from the envelope the float64-twin comparison uses (a derivative's every
+    path takes at most 2 m + 20 roundings, m the elements one gradient element reads: the row's width plus
+    the elements a sum over rows adds), charged in the input's own precision (the least a reference may
+    compute in) against the largest component, plus the final rounding of the gradient to its dtype."""
+    low = {k: (v.clone().requires_grad_(k in spec.grads) if isinstance(v, torch.Tensor) else v)
+           for k, v in spec.sample(_grad_shape(spec), dtype, seed=4).items()}
+    high = {k: (v.detach().double().requires_grad_(k in spec.grads) if isinstance(v, torch.Tensor) else v)
+            for k, v in low.items()}
+    first = next(iter(low.values()))
+    d, total = first.shape[-1], first.numel()
+    out_low = as_tuple(spec.reference(**low, **spec.params))
+    out_high = as_tuple(rel.float64_math(spec)(**high, **spec.params))
+    g = torch.Generator().manual_seed(6)
+    cots = [torch.randn(o.shape, generator=g, dtype=torch.float64) for o in out_high]
+    names = [k for k in low if k in spec.grads]
+    got = torch.autograd.grad(out_low, [low[k] for k in names], [c.to(o.dtype) for c, o in zip(cots, out_low)],
+                              allow_unused=True)
+    want = torch.autograd.grad(out_high, [high[k] for k in names],
+                               [c.to(o.dtype).double() for c, o in zip(cots, out_low)], allow_unused=True)
+    problems = []
+    for k, a, b in zip(names, got, want):
+        if b is None:
+            continue
+        if a is None:
+            problems.append(f"{spec.name}, {dtype}: no gradient for {k}")
+            continue
+        b = b.detach()
+        m = d + total // max(b.numel(), 1)
+        u_in = tol.unit_roundoff(low[k].dtype)
+        rel_bound = tol.gamma(2 * m + 20, tol.unit_roundoff(dtype)) + u_in
+        bound = rel_bound * (b.abs() + b.abs().max())
+        err = (a.detach().double() - b).abs()
+        if not (err <= bound).all():
+            problems.append(f"{spec.name}, {dtype}: gradient of {k} off the float64 gradient by up to "
+                            f"{float((err / (b.abs() + b.abs().max())).max()):.3g} of its size (bound {rel_bound:.3g})")
+    return problems
+
+
+LOW_GRADS = [(n, dt) for n in NAMES for dt in CATALOG[n].dtypes if dt != torch.float64]
+
+
+@pytest.mark.guards(*catalog_guards())
+@pytest.mark.parametrize("name,dtype", LOW_GRADS, ids=_id)
+def test_gradients_in_every_dtype_match_the_float64_gradient(name, dtype):
+    problems = _low_precision_grad_problems(CATALOG[name], dtype)
+    assert not problems, problems
+
+
+class _ScaledBelowFloat64(torch.autograd.Function):
+    """A planted backward: right in float64, 1.5 times too large in every other dtype."""
+
+    @staticmethod
+    def forward(ctx, x, weight):
+        with torch.enable_grad():
+            xx, ww = x.detach().requires_grad_(), weight.detach().requires_grad_()
+            y = CATALOG["rms_norm"].reference(xx, ww, **CATALOG["rms_norm"].params)
+        ctx.save_for_backward(xx, ww, y)
+        return y.detach()
+
+    @staticmethod
+    def backward(ctx, dy):
+        xx, ww, y = ctx.saved_tensors
+        dx, dw = torch.autograd.grad(y, (xx, ww), dy)
+        scale = 1.0 if xx.dtype == torch.float64 else 1.5
+        return dx * scale, dw
+
+
+def test_planted_a_backward_wrong_only_below_float64_fails():
+    import dataclasses
+
+    base = CATALOG["rms_norm"]
+    planted = dataclasses.replace(base, name="scratch_rms", params={},
+                                  reference=lambda x, weight: _ScaledBelowFloat64.apply(x, weight))
+    assert _low_precision_grad_problems(base, torch.bfloat16) == []
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        problems = _low_precision_grad_problems(planted, dtype)
+        assert any("gradient of x off the float64 gradient" in p for p in problems), (dtype, problems)
+
+
+# ------------------------------------------------------------------------------------------ tight bounds
+
+def _bound_use(spec, dtype) -> tuple[float, float]:
+    """(the largest share of its bound the reference's error uses on the spec's samples, the least share an
+    honest bound leaves it). The output's last rounding to its dtype errs by up to u |y|, and among a
+    sample's many elements some come close to it; a derived bound charges at most 2 d + 20 roundings on any
+    path (d the widest sample row), so an honest bound is used to at least 1 / (4 (2 d + 20)) somewhere. A
+    bound looser than that (one loosened to a few percent in float32) charges roundings that do not happen."""
+    used, width = 0.0, 1
+    for shape in (s for s in spec.shapes if s[0] > 0):
+        inputs = spec.sample(shape, dtype, seed=zlib.crc32(spec.name.encode()) % 1000)
+        got = as_tuple(spec.run_reference(inputs))
+        for g, e, b in zip(got, outputs64(spec.run_oracle(inputs)), as_tuple(spec.bound(inputs, spec.params))):
+            b = np.broadcast_to(np.asarray(b, dtype=np.float64), e.shape)
+            err = np.abs(g.detach().double().numpy() - e)
+            if (b > 0).any():
+                used = max(used, float((err[b > 0] / b[b > 0]).max()))
+        width = max(width, shape[-1])
+    return used, 1 / (4 * (2 * width + 20))
+
+
+@pytest.mark.guards(*catalog_guards())
+@pytest.mark.parametrize("name,dtype", LOW_GRADS, ids=_id)
+def test_every_bound_is_tight(name, dtype):
+    used, least = _bound_use(CATALOG[name], dtype)
+    assert used >= least, (f"{name}, {dtype}: the error uses {used:.3g} of the bound at most, an honest bound "
+                           f"at least {least:.3g}: the bound is looser than the roundings it charges")
+
+
+def test_planted_a_bound_loosened_to_five_percent_fails():
+    import dataclasses
+
+    base = CATALOG["rms_norm"]
+
+    def loose(inputs, params):
+        return 0.05 * np.abs(outputs64(base.run_oracle(inputs))[0])
+
+    planted = dataclasses.replace(base, name="scratch_rms", bound=loose)
+    used, least = _bound_use(planted, torch.float32)  # every entry runs in float32, where 5 % is far too loose
+    assert used < least, (used, least)
+    assert _bound_use(base, torch.float32)[0] >= least

@@ -40,9 +40,28 @@ REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 SITE = REPO / "site"
 
-# Python blocks on the pages that are excerpts on purpose (title "Excerpt of ...", no copy button). A new
-# excerpt changes this number: make the block run on its own instead where a reader would copy it.
-EXPECTED_EXCERPTS = 44
+# Python blocks on the pages that are excerpts on purpose (title "Excerpt of <file> ...", no copy button):
+# read from the page sources, so the built site must show exactly these (no hand-kept count)
+EXCERPT_FENCE = re.compile(r'^(?P<indent>[ \t]*)(?P<ticks>`{3,})\s*\{[^}]*\.no-copy[^}]*'
+                           r'title="Excerpt of (?P<path>[^" ]+)[^"]*"[^}]*\}\s*$')
+
+
+def declared_excerpts(docs: Path = DOCS) -> list[tuple[str, int, str, list[str]]]:
+    """(page, line, the file the title names, the block's lines) of every excerpt block in the page sources."""
+    out = []
+    for page in sorted(docs.rglob("*.md")):
+        lines = page.read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            m = EXCERPT_FENCE.match(line)
+            if not m:
+                continue
+            body = []
+            for text in lines[i + 1:]:
+                if text.strip() == m["ticks"]:
+                    break
+                body.append(text[len(m["indent"]):] if text.startswith(m["indent"]) else text)
+            out.append((page.relative_to(docs.parent).as_posix(), i + 1, m["path"], body))
+    return out
 
 # Runs in the fresh interpreter: executes one block, lists unbound globals, checks family functions.
 RUNNER = r'''
@@ -363,11 +382,38 @@ def test_every_copyable_block_runs_on_its_own(built_site, tmp_path):
     assert not result["failures"], "\n\n".join(result["failures"])
     copyable = result["blocks"] - len(result["excerpts"])
     assert copyable >= 20, f"only {copyable} copyable Python blocks found: is the extraction still right?"
-    assert len(result["excerpts"]) == EXPECTED_EXCERPTS, (
-        f"{len(result['excerpts'])} excerpt blocks, expected {EXPECTED_EXCERPTS}:\n" + "\n".join(result["excerpts"]))
+    declared = declared_excerpts()
+    assert len(result["excerpts"]) == len(declared), (
+        f"{len(result['excerpts'])} excerpt blocks on the built site, {len(declared)} in the page sources:\n"
+        + "\n".join(result["excerpts"]))
     # the families' copyable functions (numerics page) were each compared with the transformers module
     assert {"llama_rms_norm", "gemma_rms_norm", "t5_rms_norm", "olmo2_rms_norm", "torch_rms_norm", "cohere_layer_norm",
             "neox_layer_norm", "llama_add_rms_norm", "qwen3_qk_norm", "gemma3_qk_norm", "olmo2_qk_norm"} <= set(result["family"])
+
+
+def _excerpt_problems(declared) -> list[str]:
+    out = []
+    for page, line, path, body in declared:
+        if not (REPO / path).is_file():
+            out.append(f"{page}:{line}: the excerpt names {path}, which does not exist")
+        embeds = [b for b in body if b.strip().startswith("--8<--")]
+        if not embeds or not all(f'"{path}' in b for b in embeds):
+            out.append(f"{page}:{line}: the block does not embed {path}")
+    return out
+
+
+def test_every_excerpt_embeds_the_file_its_title_names(tmp_path):
+    """An excerpt is the tested file itself: its block includes (pymdownx.snippets) the file its title names,
+    which exists; a pasted copy or a title naming another file fails."""
+    declared = declared_excerpts()
+    assert len(declared) >= 1 and not _excerpt_problems(declared), _excerpt_problems(declared)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "page.md").write_text('Text.\n\n    ``` { .python .no-copy title="Excerpt of reference_impl/oracle.py" }\n'
+                                  '    def pasted(x):\n        return x\n    ```\n')
+    planted = declared_excerpts(docs)
+    assert [(p[1], p[2]) for p in planted] == [(3, "reference_impl/oracle.py")]
+    assert "does not embed reference_impl/oracle.py" in _excerpt_problems(planted)[0]
 
 
 # ------------------------------------------------------------------ dotted names in the pages' prose
