@@ -8,8 +8,9 @@ is RMSNorm of ``x + residual``, a per-head QK-norm is RMSNorm of each head. test
 checks each relation in float64 (the entry's oracle and its float64 math against the related entry's),
 follows every chain of relations to an entry with SymPy formulas, and refuses an entry with neither.
 
-An entry declares its relation with ``NormSpec.relation``; :data:`RELATIONS` holds those of the entries
-whose modules keep their code fixed (their sources are hashed by long timing studies).
+An entry's module declares its relations next to its ``SPECS``: a module-level ``RELATIONS`` dict, entry
+name -> :class:`Relation`. :data:`RELATIONS` here holds those of the entries whose modules keep their code
+fixed (long timing studies hash their sources) or were written before this rule.
 """
 from __future__ import annotations
 
@@ -122,9 +123,18 @@ def _eps_outside(f, x, w, eps):
     return y0 * rms / (rms + eps)
 
 
-def relation_of(spec) -> Relation | None:
-    """The relation an entry declares (``NormSpec.relation``), else the one :data:`RELATIONS` holds for it."""
-    return getattr(spec, "relation", None) or RELATIONS.get(spec.name)
+def relation_of(spec, table: dict | None = None) -> Relation | None:
+    """The relation declared for an entry: in ``table`` when one is given (a scratch entry's), else in the
+    ``RELATIONS`` of the module that declares the entry, else in :data:`RELATIONS`."""
+    if table is not None:
+        return table.get(spec.name)
+    from . import CATALOG, declared_in
+
+    if spec.name in CATALOG and CATALOG[spec.name] is spec:
+        own = getattr(declared_in(spec.name), "RELATIONS", {})
+        if spec.name in own:
+            return own[spec.name]
+    return RELATIONS.get(spec.name)
 
 
 def float64_math(spec):
@@ -139,12 +149,13 @@ def has_derived_forward(spec) -> bool:
     return any(f.endswith(".forward") for f in spec.formulas)
 
 
-def independent_check(spec, catalog) -> str | None:
+def independent_check(spec, catalog, table: dict | None = None) -> str | None:
     """None when the entry, or the end of its chain of relations, has SymPy-derived forward formulas;
-    otherwise why the entry has no independent check."""
+    otherwise why the entry has no independent check (``table``: relations of scratch entries, looked up
+    before the declared ones)."""
     seen = [spec.name]
     while not has_derived_forward(spec):
-        rel = relation_of(spec)
+        rel = (table or {}).get(spec.name) or relation_of(spec)
         if rel is None:
             return (f"{seen[-1]} has no independent check: declare registry formulas derived by SymPy "
                     f"(a '<id>.forward' in formulas) or a Relation to another entry"
@@ -158,16 +169,17 @@ def independent_check(spec, catalog) -> str | None:
     return None
 
 
-def relation_differences(spec, catalog, shape, seed=0) -> list[str]:
+def relation_differences(spec, catalog, shape, seed=0, relation: Relation | None = None) -> list[str]:
     """Where the entry's float64 oracle or float64 math departs from its relation, beyond what two float64
     evaluations can differ by: each at most 4 n + 20 roundings deep on any path (n: elements read),
-    charged against the largest component (as the registry's formulas are checked)."""
+    charged against the largest component (as the registry's formulas are checked). ``relation``: a scratch
+    entry's, instead of the declared one."""
     import numpy as np
 
     from .. import tolerances as tol
     from .spec import as_tuple, outputs64
 
-    rel = relation_of(spec)
+    rel = relation or relation_of(spec)
     other = catalog[rel.entry]
     inputs = spec.sample(shape, torch.float64, seed=seed)
     inputs = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}

@@ -101,9 +101,6 @@ class NormSpec:
     match_rank: int = 100                         # preference among the candidates of a kind (low first)
     match_description: Any = ""                   # a sentence saying what a matched module computes,
     #                                               or {convention: sentence} for an entry of several orders
-    # an independent check when the entry shows no SymPy-derived forward formula: a
-    # reference_impl.norms.relations.Relation to another entry (tests/core/test_catalog.py checks it)
-    relation: Any = None
 
     def sample(self, shape, dtype, seed=0) -> dict:
         g = torch.Generator().manual_seed(seed)

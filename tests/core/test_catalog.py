@@ -358,19 +358,28 @@ def test_declared_relation_holds_for_oracle_and_float64_math(name):
 def test_a_spec_with_neither_formulas_nor_a_relation_is_refused():
     import dataclasses
 
-    bare = dataclasses.replace(CATALOG["rms_norm.llama"], name="scratch", formulas=(), relation=None)
+    bare = dataclasses.replace(CATALOG["rms_norm.llama"], name="scratch", formulas=())
     assert rel.relation_of(bare) is None
     assert re.match(r"scratch has no independent check", rel.independent_check(bare, {**CATALOG, "scratch": bare}))
-    looped = dataclasses.replace(bare, relation=rel.Relation("scratch", lambda f, i, p: f(**i), "itself"))
-    assert "circle" in rel.independent_check(looped, {**CATALOG, "scratch": looped})
-    dangling = dataclasses.replace(bare, relation=rel.Relation("no_such_norm", lambda f, i, p: f(**i), "nothing"))
-    assert "not a catalog entry" in rel.independent_check(dangling, CATALOG)
+    itself = {"scratch": rel.Relation("scratch", lambda f, i, p: f(**i), "itself")}
+    assert "circle" in rel.independent_check(bare, {**CATALOG, "scratch": bare}, itself)
+    dangling = {"scratch": rel.Relation("no_such_norm", lambda f, i, p: f(**i), "nothing")}
+    assert "not a catalog entry" in rel.independent_check(bare, CATALOG, dangling)
+
+
+def test_a_module_declares_its_entries_relations_beside_its_specs(monkeypatch):
+    """relation_of finds a relation in the RELATIONS of the module that declares the entry."""
+    from reference_impl.norms import declared_in
+
+    module = declared_in("rms_norm.t5")
+    mine = rel.Relation("rms_norm", lambda f, i, p: f(x=i["x"], weight=i["weight"], eps=p["eps"]), "declared there")
+    monkeypatch.setattr(module, "RELATIONS", {"rms_norm.t5": mine}, raising=False)
+    assert rel.relation_of(CATALOG["rms_norm.t5"]) is mine
 
 
 # ------------------------------------------------------------------------------------------ optional inputs
 
-def _neutral(key: str, like: torch.Tensor) -> torch.Tensor:
-    """What an absent optional input means: no bias or shift is zero, no gain is one."""
+def _neutral(key: str, like: torch.Tensor) -> torch.Tensor:  # no bias or shift is zero, no gain is one
     return torch.zeros_like(like) if ("bias" in key or "shift" in key) else torch.ones_like(like)
 
 
@@ -424,15 +433,17 @@ def _crms_relation(f, i, p):
     return f(x=z, weight=torch.ones(z.shape[-1], dtype=x.dtype), eps=p["eps"])[..., :-1] * i["weight"]
 
 
-def _crms(wrong: bool, relation=True):
+CRMS_RELATION = rel.Relation("rms_norm", _crms_relation, "RMSNorm of [x, -sum x]")
+
+
+def _crms(wrong: bool):
     import dataclasses
 
     return dataclasses.replace(
         CATALOG["rms_norm"], name="crms_norm", title="CRMSNorm", formulas=(), build_formulas=None,
         reference=lambda x, weight, eps, wrong=wrong: _crms_reference(x, weight, eps, wrong),
         oracle=lambda x, weight, eps, wrong=wrong: _crms_oracle(x, weight, eps, wrong), params={"eps": 1e-6},
-        implementations={}, match_kind=None, layer=None,
-        relation=rel.Relation("rms_norm", _crms_relation, "RMSNorm of [x, -sum x]") if relation else None)
+        implementations={}, match_kind=None, layer=None)
 
 
 def test_planted_a_reference_and_oracle_sharing_a_wrong_formula_fail_the_relation():
@@ -440,11 +451,12 @@ def test_planted_a_reference_and_oracle_sharing_a_wrong_formula_fail_the_relatio
     for spec in (right, wrong):  # reference and oracle agree with each other either way
         inputs = spec.sample((3, 7), torch.float64, seed=1)
         np.testing.assert_allclose(spec.run_reference(inputs).numpy(), spec.run_oracle(inputs), rtol=1e-12)
-    assert rel.relation_differences(right, CATALOG, (3, 7)) == []
-    problems = rel.relation_differences(wrong, CATALOG, (3, 7))
+    assert rel.relation_differences(right, CATALOG, (3, 7), relation=CRMS_RELATION) == []
+    problems = rel.relation_differences(wrong, CATALOG, (3, 7), relation=CRMS_RELATION)
     assert any("oracle is not RMSNorm of [x, -sum x]" in p for p in problems), problems
     assert any("float64 math is not RMSNorm" in p for p in problems), problems
-    assert "no independent check" in rel.independent_check(_crms(True, relation=False), CATALOG)
+    assert "no independent check" in rel.independent_check(wrong, CATALOG)
+    assert rel.independent_check(wrong, CATALOG, {"crms_norm": CRMS_RELATION}) is None
 
 
 def test_planted_a_wrong_gain_free_path_fails():
@@ -485,13 +497,9 @@ def _low_precision_grad_problems(spec, dtype) -> list[str]:
                               allow_unused=True)
     want = torch.autograd.grad(out_high, [high[k] for k in names],
                                [c.to(o.dtype).double() for c, o in zip(cots, out_low)], allow_unused=True)
-    problems = []
-    for k, a, b in zip(names, got, want):
-        if b is None:
-            continue
-        if a is None:
-            problems.append(f"{spec.name}, {dtype}: no gradient for {k}")
-            continue
+    problems = [f"{spec.name}, {dtype}: no gradient for {k}" for k, a, b in zip(names, got, want)
+                if a is None and b is not None]
+    for k, a, b in ((k, a, b) for k, a, b in zip(names, got, want) if a is not None and b is not None):
         b = b.detach()
         m = d + total // max(b.numel(), 1)
         u_in = tol.unit_roundoff(low[k].dtype)
