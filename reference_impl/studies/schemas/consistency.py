@@ -420,3 +420,70 @@ def _kit_command(command: str, runs: dict):
         if known is not None and model not in known:
             yield "command", f"--model {model}: not a model type of the kit's index (census_index.json)"
 
+
+
+# ------------------------------------------------------------------------------------------ smaller studies
+
+@invariant("numerics.json")
+def numerics_self(data, name):
+    """A casting comparison's ulp histogram counts its elements (rows x d) and its largest non-empty bin
+    is the largest ulp distance; each adopting family's norm class is a census class and its source a file
+    of the installed transformers."""
+    for dt, c in (data.get("casting") or {}).items():
+        hist = {int(k): v for k, v in (c.get("histogram_ulp_between") or {}).items()}
+        if hist and sum(hist.values()) != c.get("elements"):
+            yield f"casting.{dt}.histogram_ulp_between", f"counts {sum(hist.values())} of {c.get('elements')} elements"
+        if "rows" in c and "d" in c and c.get("elements") != c["rows"] * c["d"]:
+            yield f"casting.{dt}.elements", f"{c.get('elements')} but rows x d is {c['rows'] * c['d']}"
+        top = max((k for k, v in hist.items() if v), default=None)
+        if top is not None and "max_ulp_between" in c and c["max_ulp_between"] != top:
+            yield f"casting.{dt}.max_ulp_between", f"{c['max_ulp_between']} but the histogram's last non-empty bin is {top}"
+    census = committed_census()
+    classes = {c["name"] for c in (census or {}).get("classes", [])}
+    for k, row in (data.get("adoption") or {}).items():
+        if census is not None and row.get("norm_class") not in classes:
+            yield f"adoption.{k}.norm_class", f"{row.get('norm_class')!r} is not a class of the census"
+        src = row.get("source")
+        if isinstance(src, str) and not ((installed_file(src) or Path("/nonexistent")).is_file()):
+            yield f"adoption.{k}.source", f"{src} is not a file of the installed transformers"
+
+
+@invariant("advice.json")
+def advice_self(data, name):
+    """A norm's FLOP share is its FLOPs over all FLOPs; a d-wide RMSNorm's Jacobian has rank d - 1 and a
+    LayerNorm's d - 2 (each removes the directions it normalizes away)."""
+    for k, row in (data.get("flop_share") or {}).items():
+        n, m = row.get("norm_flops"), row.get("matmul_flops")
+        if isinstance(n, int) and isinstance(m, int) and n + m and not _close(row.get("share", -1), n / (n + m), 1e-9):
+            yield f"flop_share.{k}.share", f"{row.get('share')} but norm / (norm + matmul) FLOPs is {n / (n + m)!r}"
+    for d, ranks in (data.get("jacobian_rank") or {}).items():
+        for norm, drop in (("rmsnorm", 1), ("layernorm", 2)):
+            if norm in ranks and ranks[norm] != max(int(d) - drop, 0):
+                yield f"jacobian_rank.{d}.{norm}", f"{ranks[norm]} but a {d}-wide {norm}'s Jacobian has rank {max(int(d) - drop, 0)}"
+
+
+@invariant("cuda_resources.json")
+def cuda_resources_self(data, name):
+    """The totals are those of the kernels listed, and each kernel's file is a source of this repository."""
+    kernels = data.get("kernels") or {}
+    rows = list(kernels.values())
+    want = {"kernels": len(rows), "max_registers": max((r.get("registers", 0) for r in rows), default=0),
+            "with_spills": sum(1 for r in rows if r.get("spill_loads_bytes") or r.get("spill_stores_bytes")),
+            "mma_instructions": sum(r.get("mma_instructions", 0) for r in rows)}
+    for key, v in want.items():
+        if key in (data.get("totals") or {}) and data["totals"][key] != v:
+            yield f"totals.{key}", f"{data['totals'][key]} but the kernels listed give {v}"
+    for k, r in kernels.items():
+        if isinstance(r.get("file"), str) and not (REPO / r["file"]).is_file():
+            yield f"kernels.{k}.file", f"{r['file']} is not a file of this repository"
+
+
+@invariant("fp16_limits.json")
+def fp16_limits_self(data, name):
+    """Each eps as float16 stores is the nearest float16 to it."""
+    import numpy as np
+
+    for text, v in (data.get("eps_in_float16") or {}).items():
+        want = float(np.float16(float(text)))
+        if v != want:
+            yield f"eps_in_float16.{text}", f"{v} but {text} rounds to {want!r} in float16"
