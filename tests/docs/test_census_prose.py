@@ -113,6 +113,42 @@ def latents_not_keys(*model_types):
     return check
 
 
+def latents_and_queries(*model_types):
+    """A latent norm and a per-head norm on the queries in the traced layer (DeepSeek-V4 does both)."""
+    def check(c):
+        for t in model_types:
+            m = _row(c, t)
+            roles = {e["role"] for e in m["layer"]}
+            assert "latent" in roles, f"{t}: no norm on a latent in the traced layer"
+            assert "q_per_head" in roles and m["qk_norm"] == "per_head", f"{t}: no per-head norm on the queries"
+    return check
+
+
+def module_catalog(model_type, module, entry):
+    """The traced layer holds ``module``, and its class matches catalog entry ``entry``."""
+    def check(c):
+        found = [e for e in _row(c, model_type)["layer"] if e["module"] == module]
+        assert found, f"{model_type}: the traced layer has no module {module!r}"
+        for e in found:
+            got = _classes(c)[e["class"]]["catalog"]
+            assert _base(got) == entry, f"{model_type}.{module} ({e['class']}) matches {got!r}, not {entry!r}"
+    return check
+
+
+def values_normed(*model_types):
+    """The attention's ``v_norm`` is in the traced layer, on the output of ``v_proj``, its class matched."""
+    def check(c):
+        for t in model_types:
+            m = _row(c, t)
+            found = [e for e in m["layer"] if e["module"] == "self_attn.v_norm"]
+            assert found, f"{t}: no self_attn.v_norm in the traced layer"
+            assert any("self_attn.v_norm" in x and "norm on the values" in x for x in m["extra_norms"]), \
+                f"{t}: the census does not say v_norm acts on the values"
+            for e in found:
+                assert _classes(c)[e["class"]]["catalog"], f"{t}: {e['class']} is not matched to a catalog entry"
+    return check
+
+
 def all_of(*checks):
     def check(c):
         for ch in checks:
@@ -156,9 +192,29 @@ STATEMENTS = [
     ("placements.md", "**Reordered norm** of OLMo 2", placement("output", "olmo2")),
     ("placements.md", "Llama 4 normalizes queries and keys to unit root mean square with no learned gain at all",
      qk_gain("none", "rms", "llama4_text")),
-    ("placements.md", "Models with DeepSeek's latent attention normalize the compressed latent vectors, not the "
-                      "per-head keys",
-     latents_not_keys("deepseek_v3")),
+    ("placements.md", "DeepSeek-V2 and DeepSeek-V3, with latent attention, normalize the compressed latent vectors, "
+                      "not the per-head keys",
+     latents_not_keys("deepseek_v2", "deepseek_v3")),
+    ("placements.md", "DeepSeek-V4 normalizes both the latent query and, per head and without a gain, the queries "
+                      "themselves",
+     all_of(latents_and_queries("deepseek_v4"), module_catalog("deepseek_v4", "self_attn.q_b_norm", "rms_norm.deepseek_v4"))),
+    ("history.md", "DeepSeek-V2 and DeepSeek-V3 normalize the compressed latents instead",
+     latents_not_keys("deepseek_v2", "deepseek_v3")),
+    ("history.md", "DeepSeek-V4 normalizes both the latent and the per-head queries",
+     all_of(latents_and_queries("deepseek_v4"), module_catalog("deepseek_v4", "self_attn.q_b_norm", "rms_norm.deepseek_v4"))),
+    ("history.md", "the census matches `Qwen3NextRMSNormGated` to `gated_rms_norm.qwen3_next`, `KimiLinearRMSNormGated` "
+                   "to `gated_rms_norm.kimi_linear` and `MambaRMSNormGated` to `gated_rms_norm.mamba2`",
+     all_of(class_catalog("gated_rms_norm.qwen3_next", "Qwen3NextRMSNormGated"),
+            class_catalog("gated_rms_norm.kimi_linear", "KimiLinearRMSNormGated"),
+            class_catalog("gated_rms_norm.mamba2", "MambaRMSNormGated"))),
+    ("history.md", "the census finds the norm on the values of `gemma3n_text` and `gemma4_text`",
+     values_normed("gemma3n_text", "gemma4_text")),
+    ("history.md", "Gemma, Gemma 2 and Gemma 3 store an offset and multiply by `1 + w`; Gemma 4 stores the gain itself",
+     all_of(gain("1+w", "gemma", "gemma2", "gemma3_text"), gain("w", "gemma4_text"),
+            class_catalog("rms_norm.olmo2", "Gemma4RMSNorm"))),
+    ("history.md", "the census's `attn_hc.input_norm`, which it matches to `rms_norm.deepseek_v4`",
+     module_catalog("deepseek_v4", "attn_hc.input_norm", "rms_norm.deepseek_v4")),
+    ("history.md", "The census classifies MiniMax's decoder layer as Post-Norm", placement("post", "minimax")),
     ("history.md", "OLMo 2 ([arXiv:2501.00656](https://arxiv.org/abs/2501.00656)) adopted this \"reordered norm\" "
                       "together with QK-norm",
      all_of(placement("output", "olmo2"), qk("whole_projection", "olmo2"))),

@@ -230,3 +230,80 @@ def test_ledger_links_arxiv_ids_and_names_articles():
     named = ledger.source_labels(next(iter(ledger.sources())), named=True)
     assert f"[{first['label']}](#source-{first['label'].lower()})" in named and "article" in named
     assert "*" in named and first["title_en"].split(":")[0] in named
+
+
+# --- The 2025-2026 corrections: each statement pinned to the source that decides it ------------------------
+
+def test_gated_norm_page_counts_four_orders_and_the_fourth_is_falcon_h1s():
+    """norms-gated.md once said transformers writes three casting orders for the gated RMSNorm; Falcon-H1's
+    class with ``norm_before_gate=False`` is a fourth (gate before the norm, one rounding at the end)."""
+    falcon = pytest.importorskip("transformers.models.falcon_h1.modeling_falcon_h1")
+    from reference_impl.norms import CATALOG
+
+    page = _page("norms-gated.md")
+    assert "writes three casting orders" not in page and "writes four casting orders" in page
+    assert "| `gated_rms_norm.falcon_h1` | before, `silu` |" in page
+    assert "if not self.norm_before_gate and gate is not None:" in inspect.getsource(falcon.FalconH1RMSNormGated)
+    g = torch.Generator().manual_seed(1)
+    x, z = torch.randn(2, 3, 8, generator=g).bfloat16(), torch.randn(2, 3, 8, generator=g).bfloat16()
+    m = falcon.FalconH1RMSNormGated(8, eps=1e-6, n_groups=1, norm_before_gate=False)
+    with torch.no_grad():
+        m.weight.copy_(torch.rand(8, generator=g) + 0.5)
+        want = m(x, gate=z)
+    entry = CATALOG["gated_rms_norm.falcon_h1"].reference(x, m.weight.detach(), z, 1e-6, 1)
+    assert torch.equal(entry, want)
+    # and none of the three other orders gives these bits
+    others = [CATALOG["gated_rms_norm.mamba2"].reference(x, m.weight.detach(), z, 1e-6, 1).to(want.dtype)]
+    others += [CATALOG[n].reference(x, m.weight.detach(), z, 1e-6, "silu")
+               for n in ("gated_rms_norm.qwen3_next", "gated_rms_norm.kimi_linear")]
+    assert not any(torch.equal(o, want) for o in others)
+
+
+def test_llama4_qk_norm_is_conditional_on_the_config():
+    """placements.md said Llama 4 normalizes queries and keys without saying that only a config with
+    ``use_qk_norm`` builds the norm, only in layers with RoPE, and that the 128-expert model does not."""
+    llama4 = pytest.importorskip("transformers.models.llama4.modeling_llama4")
+    from transformers import Llama4TextConfig
+
+    page = _page("placements.md")
+    assert "where its config sets `use_qk_norm` (the default) and only in the layers with rotary embeddings" in page
+    assert "the 128-expert model does not use it" in page
+    src = inspect.getsource(llama4.Llama4TextAttention)
+    assert "if self.config.use_qk_norm and self.use_rope:" in src
+    assert "# the 128E model does not use qk_norm" in src
+    assert Llama4TextConfig().use_qk_norm is True
+    kw = dict(hidden_size=64, intermediate_size=128, intermediate_size_mlp=128, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=64, num_local_experts=2,
+              no_rope_layers=[1, 0])
+    assert hasattr(llama4.Llama4TextAttention(Llama4TextConfig(**kw, use_qk_norm=True), layer_idx=0), "qk_norm")
+    assert not hasattr(llama4.Llama4TextAttention(Llama4TextConfig(**kw, use_qk_norm=False), layer_idx=0), "qk_norm")
+    assert not hasattr(llama4.Llama4TextAttention(Llama4TextConfig(**kw, use_qk_norm=True), layer_idx=1), "qk_norm")
+
+
+def test_latent_attention_models_are_named_and_deepseek_v4_normalizes_both():
+    """history.md and placements.md said models with DeepSeek's latent attention normalize the latents and not
+    the per-head keys or queries; DeepSeek-V4 normalizes the latent query and then each head's query."""
+    ds4 = pytest.importorskip("transformers.models.deepseek_v4.modeling_deepseek_v4")
+    history, placements = _page("history.md"), _page("placements.md")
+    assert "Models with DeepSeek's latent attention normalize the compressed latent vectors" not in placements
+    assert "these models normalize the compressed latents instead" not in history
+    assert "DeepSeek-V4 normalizes both" in history and "DeepSeek-V4 normalizes both" in placements
+    init = inspect.getsource(ds4.DeepseekV4Attention.__init__)
+    forward = inspect.getsource(ds4.DeepseekV4Attention.forward)
+    assert "self.q_a_norm = DeepseekV4RMSNorm(" in init
+    assert "self.q_b_norm = DeepseekV4UnweightedRMSNorm(" in init
+    assert forward.index("self.q_a_norm(") < forward.index("q = self.q_b_norm(q)") < forward.index(
+        "apply_rotary_pos_emb(q")
+
+
+def test_placements_say_why_gates_sinks_and_value_norms_have_no_verdict():
+    """The small decoder has no output gate, sink logit or value norm: the page says so instead of a verdict."""
+    from reference_impl.tiny_lm import TinyLM, TinyLMConfig
+
+    page = _page("placements.md")
+    assert "Gated attention, attention sinks and the value norm have no verdict on this page" in page
+    model = TinyLM(TinyLMConfig(d=16, layers=1, heads=2, ffn=32, context=8, norm="rms", placement="pre"))
+    attn = model.blocks[0].attn   # the MLP's "gate" is SwiGLU's, not an attention gate
+    names = [n.lower() for n, _ in attn.named_modules()] + [n.lower() for n, _ in attn.named_parameters()]
+    assert names and not [n for n in names if any(w in n for w in ("gate", "sink", "v_norm"))], names
+    assert "sigmoid" not in inspect.getsource(type(attn))
