@@ -51,3 +51,25 @@ def test_a_module_missing_from_the_readme_is_found(tmp_path):
         "reference_impl/new_module.py is not named in the README's reference_impl/ row",
         "reference_impl/kit/ has no README row and is not named in the reference_impl/ row",
         "the README's row `gone/` names a folder that does not exist"]
+
+
+# ------------------------------------------------------------------------------------------ the API page
+
+def api_modules(text: str) -> set[str]:
+    """The modules docs/api.md renders (``::: module`` directives)."""
+    return set(re.findall(r"^\s*::: (\S+)", text, re.M))
+
+
+def catalog_code_modules() -> set[str]:
+    """The modules that hold the code of a catalog entry (where its reference function is defined)."""
+    from reference_impl.norms import CATALOG
+
+    return {spec.reference.__module__ for spec in CATALOG.values()}
+
+
+def test_the_api_page_shows_every_module_that_holds_a_norms_code():
+    shown = api_modules((REPO / "docs" / "api.md").read_text(encoding="utf-8"))
+    missing = sorted(catalog_code_modules() - shown)
+    assert not missing, f"docs/api.md renders no ::: block for {missing}"
+    assert {"reference_impl.check.kit", "reference_impl.symbolic", "reference_impl.tolerances"} <= shown
+    assert "reference_impl.norms.rms_norm" not in api_modules("::: reference_impl.norms.layer_norm\n")
