@@ -20,9 +20,6 @@ from pathlib import Path
 from .invariants import REPO, _close, _dicts, _walk, invariant
 
 CENSUS = REPO / "docs" / "data" / "census.json"
-#: the census's placement and QK-norm buckets (reference_impl/studies/census/run.py counts these)
-PLACEMENTS = ("pre", "post", "sandwich", "output", "other")
-QK = ("none", "per_head", "whole_projection", "other")
 
 
 # ------------------------------------------------------------------------------------------ every file
@@ -136,29 +133,13 @@ def _duplicates(items, key, where):
             seen[key(x)] = 0  # once per repeated name
 
 
-def census_counts(classes: list, models: list) -> dict:
-    """The census's ``counts`` as its rows give them (the definition the census run writes)."""
-    in_scope = [c for c in classes if c.get("in_scope")]
-    matched = [c for c in in_scope if c.get("catalog")]
-    traced = [m for m in models if m.get("status") == "traced"]
-    by_pl, by_qk = Counter(m.get("placement") for m in traced), Counter(m.get("qk_norm") for m in traced)
-    return {
-        "classes": len(classes), "in_scope": len(in_scope), "matched": len(matched),
-        "unmatched": len(in_scope) - len(matched), "out_of_scope": len(classes) - len(in_scope),
-        "model_types": len(models), "traced": len(traced), "failed": len(models) - len(traced),
-        "by_placement": {p: by_pl.get(p, 0) for p in PLACEMENTS},
-        "by_qk_norm": {q: by_qk.get(q, 0) for q in QK},
-        "by_catalog": dict(sorted(Counter(c["catalog"] for c in matched).items())),
-        "exceptions": sum(1 for c in in_scope if c.get("exception")),
-    }
-
-
 @invariant("census.json")
 def census_self(data, name):
     """Each class and model type once; every count is the count of the rows it counts; a matched class
     is in scope, names a catalog candidate and sits 0 ulps from it; a model's classes are census classes
     and its catalog list is theirs; each class's users are the models that use it."""
     from ...norms import CATALOG
+    from ..census.run import counts as census_counts  # the definition the census run writes
 
     classes, models = data.get("classes", []), data.get("models", [])
     yield from _duplicates(classes, lambda c: c["name"], "classes")
