@@ -192,6 +192,7 @@
     row("placement", m.pl + ": " + (data.placement[m.pl] || m.pl) + (m.pln ? " (" + m.pln + ")" : ""));
     row("QK-norm", (data.qk[m.qk] || m.qk) + (m.rope ? ", " + m.rope + " RoPE" : ""));
     row("final norm", m.final ? "yes" : "no");
+    row("engines", link("../engines/#model-" + (m.base ? m.base.t : m.t), "what the serving and training engines compute for it"));
     var odd = unusual(m, data);
     row("unusual", odd.length ? joinNodes(odd.map(function (t) { return el("span", { text: t }); })) : "nothing");
     return rows;

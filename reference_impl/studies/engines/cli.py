@@ -23,9 +23,16 @@ def main(argv=None) -> int:
     ap.add_argument("--offline", action="store_true", help="use only releases already in the cache")
     ap.add_argument("--only", nargs="*", choices=sorted(RELEASES), help="only these releases")
     ap.add_argument("--quick", action="store_true", help="one dtype, fewer checks (a smoke run); not for the site")
+    ap.add_argument("--verify", action="store_true", help="re-run the rows of --out whose release is at hand here "
+                    "(downloads nothing) and print what differs from the file, as JSON")
+    ap.add_argument("--dtype", default="fp16", choices=("bf16", "fp16", "fp32"), help="with --verify: the x dtype")
     args = ap.parse_args(argv)
-    check_out(ap, args.out)
     warnings.filterwarnings("ignore")
+    if args.verify:
+        from .verify import main as verify_main
+
+        return verify_main(args.out, args.only, args.dtype)
+    check_out(ap, args.out)
     from .study import measure_all
 
     prov = record(COMMAND, SOURCES, quick=args.quick or bool(args.only),

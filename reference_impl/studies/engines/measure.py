@@ -59,9 +59,11 @@ def per_dtype(report) -> list[dict]:
     return out
 
 
-def run_kit(fn, model_type: str, dtypes, residual: bool) -> dict:
-    """The kit's verdict and diagnosis for one row (forward only: the servers' paths run no backward)."""
-    rep = check_norm(fn, model=model_type, dtypes=dtypes, grads=False, residual=residual, raise_on_failure=False)
+def run_kit(fn, model_type: str, dtypes, residual: bool, weight_dtypes=None, widths=kit.WIDTHS) -> dict:
+    """The kit's verdict and diagnosis for one row (forward only: the servers' paths run no backward).
+    ``weight_dtypes``: None for the kit's default (x's own dtype and float32)."""
+    rep = check_norm(fn, model=model_type, dtypes=dtypes, weight_dtypes=weight_dtypes, grads=False, residual=residual,
+                     widths=widths, raise_on_failure=False)
     groups = per_dtype(rep)
     identical = all(g["identical"] for g in groups)
     problem = next((g["problem"] for g in groups if g["problem"]), None)
@@ -128,12 +130,12 @@ def batch_invariance(fn, model_type: str, dtype, residual: bool) -> dict:
 
 
 def agreement(fn_a, fn_b, model_type: str, dtypes) -> list[dict]:
-    """Two paths on the same wide inputs: identical or not, per (x dtype, gain dtype)."""
+    """Two paths on the wide input of :func:`wide_histograms`: identical or not, per (x dtype, gain dtype)."""
     target = resolve(model_type)
     out = []
     for dt in dtypes:
         for wdt in _weight_dtypes(dt):
-            p = _wide_probe(target, dt, wdt, False, seed=13)
+            p = _wide_probe(target, dt, wdt, False)  # the histograms' input: the two measurements must agree
             with torch.no_grad():
                 a, b = kit.call(fn_a, p, target), kit.call(fn_b, p, target)
             if a.dtype != b.dtype:

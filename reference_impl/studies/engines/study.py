@@ -78,6 +78,11 @@ def row_for(path: P.Path, use: P.Use, quick: bool) -> dict:
     try:
         row.update(measure.run_kit(fn, use.model_type, dtypes, path.residual))
         row["histograms"] = measure.wide_histograms(fn, use.model_type, dtypes, path.residual)
+        if row["verdict"] == "identical" and any(h["histogram"] is None or any(h["histogram"][1:])
+                                                 for h in row["histograms"]):
+            row["verdict"] = "differs"  # identical on the kit's small widths, not on the wide input
+            row["diagnosis"] += (" On the kit's inputs (widths 33 to 127) it is bit-identical; on the wide "
+                                 "input (the histogram) it is not.")
         row["batch"] = measure.batch_invariance(fn, use.model_type, dtypes[0], path.residual)
     except Exception as exc:  # the engine's own code raised on the kit's input: recorded with its words
         row.update(verdict="error", diagnosis=f"raised {type(exc).__name__}: {exc}"[:400], by_dtype=[],
