@@ -2,7 +2,7 @@
 
 The table is prose (it says what each part holds), but its coverage is derived: every module file at the top
 of ``reference_impl/`` is named in the ``reference_impl/`` row, every sub-package has a row of its own or is
-named in that row, and every row's path exists. A module added, moved or removed without its line fails here.
+named in that row, and every row's path and every file that row names exist. A module added, moved or removed without its line fails here.
 """
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ def readme_problems(readme: str, repo: Path = REPO) -> list[str]:
             if f"reference_impl/{p}/" not in rows and f"`{p}/`" not in top]
     out += [f"the README's row `{path}` names a folder that does not exist" for path in rows
             if not (repo / path).is_dir()]
+    out += [f"the README's reference_impl/ row names {f}, which does not exist" for f in re.findall(r"`(\w+\.py)`", top)
+            if not (repo / "reference_impl" / f).is_file() and not list((repo / "reference_impl").glob(f"*/{f}"))]
     return out
 
 
@@ -46,11 +48,13 @@ def test_a_module_missing_from_the_readme_is_found(tmp_path):
     (package / "kit").mkdir(parents=True)
     for f in ("__init__.py", "oracle.py", "new_module.py", "kit/__init__.py"):
         (package / f).write_text("")
-    readme = "| path | what |\n|---|---|\n| `reference_impl/` | the oracle (`oracle.py`) |\n| `gone/` | old |\n"
+    readme = ("| path | what |\n|---|---|\n| `reference_impl/` | the oracle (`oracle.py`), `removed.py` |\n"
+              "| `gone/` | old |\n")
     assert readme_problems(readme, tmp_path) == [
         "reference_impl/new_module.py is not named in the README's reference_impl/ row",
         "reference_impl/kit/ has no README row and is not named in the reference_impl/ row",
-        "the README's row `gone/` names a folder that does not exist"]
+        "the README's row `gone/` names a folder that does not exist",
+        "the README's reference_impl/ row names removed.py, which does not exist"]
 
 
 # ------------------------------------------------------------------------------------------ the API page
