@@ -51,11 +51,16 @@ class Case:
 
 
 def plan(target: Target, dtypes=DTYPES, weight_dtypes=None, widths=WIDTHS, scales=SCALES, residual=False,
-         device="cpu", seed=0) -> list[Case]:
+         device="cpu", seed=0, wide=None) -> list[Case]:
     """Every input of a check: each x dtype with each gain dtype (default: x's own half dtype, as a
     checkpoint stores it, and float32; ``"x"``: the gain in x's dtype), odd and even widths, each scale;
     plus, per dtype pair, x as a strided view and as a 3-d ``(2, 2, d)`` tensor (a QK-norm's
-    ``(tokens, heads, head_dim)``)."""
+    ``(tokens, heads, head_dim)``). ``wide`` (default: when ``widths`` is left at its default) adds the wide
+    probes of :mod:`reference_impl.check.probes`: widths 1 to 8192 and the model's own sizes, 64 rows each at
+    scales from below eps to the overflow edge."""
+    from . import probes as P
+
+    wide = (widths is WIDTHS) if wide is None else wide
     cases = []
     bias = target.bias
     gated = target.kind == "gated_rms"
@@ -77,12 +82,13 @@ def plan(target: Target, dtypes=DTYPES, weight_dtypes=None, widths=WIDTHS, scale
             probes = M.make_probes(widths, [dt], [wdt], scales=scales, seed=seed, **kw)
             probes += M.make_probes(widths[:1], [dt], [wdt], scales=(1.0,), seed=seed + 1, noncontiguous=True, **kw)
             three = M.make_probes(widths[-1:], [dt], [wdt], scales=(1.0,), seed=seed + 2, **kw)
+            big = P.wide_probes(target, dt, wdt, residual=residual, gated=gated, seed=seed) if wide else []
             for p in three:
                 p.x = p.x.reshape(2, 2, -1)
                 p.residual = None if p.residual is None else p.residual.reshape(2, 2, -1)
                 p.gate = None if p.gate is None else p.gate.reshape(2, 2, -1)
                 p.label = p.label.replace("(4,", "(2, 2,")
-            for p in probes + three:
+            for p in probes + three + big:
                 if device != "cpu":
                     p.x = p.x.to(device)
                     p.weight = None if p.weight is None else p.weight.to(device)
@@ -90,9 +96,10 @@ def plan(target: Target, dtypes=DTYPES, weight_dtypes=None, widths=WIDTHS, scale
                     p.residual = None if p.residual is None else p.residual.to(device)
                     p.gate = None if p.gate is None else p.gate.to(device)
                 layout = "strided" if not p.x.is_contiguous() else ("3-d" if p.x.dim() == 3 else "contiguous")
+                layout = P.LAYOUT if any(p is q for q in big) else layout
                 wname = "none" if p.weight is None else M.dtype_name(p.weight.dtype)
-                cid = f"{M.dtype_name(dt)}-w{wname}-{'x'.join(map(str, p.x.shape))}-s{p.scale:g}" + \
-                    ("-strided" if layout == "strided" else "")
+                cid = f"{M.dtype_name(dt)}-w{wname}-{'x'.join(map(str, p.x.shape))}-" + \
+                    ("rows" if layout == P.LAYOUT else f"s{p.scale:g}") + ("-strided" if layout == "strided" else "")
                 cases.append(Case(p, layout, cid))
     return cases
 
@@ -402,7 +409,9 @@ def run_case(fn, target: Target, case: Case, *, grads=True, bits=True, use_hf=Tr
     res.identical, res.fraction_different, res.max_ulp = c["identical"], c["fraction_different"], c["max_ulp"]
     res.err_ulp, res.within_bound = c["max_ulp_vs_oracle"], c["within_bound"]
     res.worst_err_ulp, res.bound_ulp = c["worst_err_ulp"], c["bound_ulp"]
-    if grads:
+    if grads and case.layout == "wide":
+        res.grad_note = "gradients are checked on the small probes (widths up to 127), not on the wide ones"
+    elif grads:
         try:
             res.grad_ratio, res.grad_note, problem = _grads(fn, target, p, residual)
             res.problem = res.problem or problem
@@ -484,6 +493,9 @@ def check_norm(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weig
                         strict_dtype=strict_dtype, batch_invariant=batch_invariant) for c in cases]
     _, _, what = truth(target, cases[0].probe, residual, hf)
     report = Report(_fn_name(fn), target, what, results)
+    from .probes import coverage
+
+    report.notes.append(coverage(cases))
     if note:
         report.notes.append(note)
     if not target.source.startswith("the census"):

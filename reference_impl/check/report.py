@@ -57,7 +57,8 @@ class CaseResult:
         status = "n/a" if self.not_applicable else ("ok" if self.ok else "FAIL")
         if self.problem or self.not_applicable:
             status += ": " + (self.problem or self.not_applicable)
-        return [self.dtype, self.weight_dtype, shape, f"{self.scale:g}", bits, differ, mu, err, grad, status]
+        scale = "per row" if self.layout == "wide" else f"{self.scale:g}"
+        return [self.dtype, self.weight_dtype, shape, scale, bits, differ, mu, err, grad, status]
 
 
 def _num(v) -> str:

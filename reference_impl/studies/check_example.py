@@ -50,8 +50,13 @@ def run_one(fn) -> dict:
                                          if r.fraction_different is not None), default=None),
         "max_ulp_vs_module": max((r.max_ulp for r in rep.results if r.max_ulp is not None), default=None),
         "failed_by_dtype": {dn: sum(1 for r in failed if r.dtype == dn) for dn in DTYPES},
-        "failing_scales_by_dtype": {dn: sorted({r.scale for r in failed if r.dtype == dn}) for dn in DTYPES},
-        "worst_err_scale": max((r for r in rep.results if r.err_ulp is not None), key=lambda r: r.err_ulp).scale,
+        # the scales of the small probes (a wide probe scales each of its rows on its own)
+        "failing_scales_by_dtype": {dn: sorted({r.scale for r in failed if r.dtype == dn and r.layout != "wide"})
+                                    for dn in DTYPES},
+        "worst_err_scale": max((r for r in rep.results if r.err_ulp is not None and r.layout != "wide"),
+                               key=lambda r: r.err_ulp).scale,
+        "failed_wide": sum(1 for r in failed if r.layout == "wide"),
+        "coverage": next((n for n in rep.notes if n.startswith("covered: ")), ""),
         "closest_equal_in": [dn for dn, names in (rep.match.by_dtype.items() if rep.match else ())
                              if rep.match.closest in names],
         "truth": rep.truth,

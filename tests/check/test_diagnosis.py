@@ -32,7 +32,7 @@ def test_each_bug_is_named_by_the_change_that_reproduces_it(model, fn, opts, key
 def test_the_bugs_not_tuned_on_are_counted_honestly():
     named = []
     for model, fn, words in UN.UNSEEN:
-        report = check_norm(fn, model, dtypes=("bf16",), raise_on_failure=False)
+        report = check_norm(fn, model, dtypes=("bf16",), widths=B.SMALL, raise_on_failure=False)
         assert not report.ok and report.diagnosis
         if words in report.diagnosis.split("; also")[0]:
             named.append(fn.__name__)
@@ -60,10 +60,10 @@ def test_bits_within_the_bound_say_so_and_name_bits_false():
         ms = sum(xf[..., i:i + 16].pow(2).sum(-1, keepdim=True) for i in range(0, d, 16)) / d
         return weight * (xf * torch.rsqrt(ms + eps)).to(x.dtype)
 
-    report = check_norm(blocked, "qwen3", dtypes=("fp32",), raise_on_failure=False, grads=False)
+    report = check_norm(blocked, "qwen3", dtypes=("fp32",), widths=B.SMALL, raise_on_failure=False, grads=False)
     assert not report.ok and all(r.within_bound for r in report.results)
     assert any("within the float64 bound" in n and "bits=False (--no-bits" in n for n in report.notes)
-    assert check_norm(blocked, "qwen3", dtypes=("fp32",), bits=False, grads=False).ok
+    assert check_norm(blocked, "qwen3", dtypes=("fp32",), widths=B.SMALL, bits=False, grads=False).ok
 
 
 def test_forward_only_and_missing_gradients():
@@ -72,24 +72,24 @@ def test_forward_only_and_missing_gradients():
             xf = x.float()
             return weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
-    report = check_norm(detached, "qwen3", dtypes=("bf16",), raise_on_failure=False)
+    report = check_norm(detached, "qwen3", dtypes=("bf16",), widths=B.SMALL, raise_on_failure=False)
     assert not report.ok and report.findings[0].key == "missing_grad"
     assert all("the output does not require grad" in r.problem for r in report.results)
-    ok = check_norm(detached, "qwen3", dtypes=("bf16",), grads=False)
+    ok = check_norm(detached, "qwen3", dtypes=("bf16",), widths=B.SMALL, grads=False)
     assert ok.ok and "forward-only: gradients not checked" in ok.notes
 
     def weight_detached(x, weight, eps):
         xf = x.float()
         return weight.detach() * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
 
-    report = check_norm(weight_detached, "qwen3", dtypes=("bf16",), raise_on_failure=False)
+    report = check_norm(weight_detached, "qwen3", dtypes=("bf16",), widths=B.SMALL, raise_on_failure=False)
     assert {r.problem for r in report.failures} == {"no gradient reaches the weight (detached, or not used through "
                                                     "autograd)"}
 
 
 def test_gain_in_xs_dtype_and_bad_devices():
     report = check_norm(B.qwen3_sum_in_bf16.__globals__["torch"].nn.RMSNorm(8), "qwen3", dtypes=("bf16",),
-                        weight_dtypes="x", grads=False, raise_on_failure=False)
+                        weight_dtypes="x", grads=False, widths=B.SMALL, raise_on_failure=False)
     assert {r.weight_dtype for r in report.results} == {"bf16"}
     for dev, msg in (("banana", "unknown device 'banana'"), ("meta", "not meta")):
         with pytest.raises(ValueError, match=msg):

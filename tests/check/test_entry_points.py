@@ -31,7 +31,7 @@ def _plugin_args() -> list[str]:
 
 @pytest.mark.guards("check.cli")
 def test_the_command_prints_the_table_and_exits_non_zero_on_failure(capsys):
-    args = ["--model", "gemma3_text", "--dtypes", "bf16", "--no-grads"]
+    args = ["--model", "gemma3_text", "--dtypes", "bf16", "--no-grads", "--widths", "33,64,127"]
     sys.path.insert(0, str(HERE))
     try:
         assert cli.main(["user_norms:rounds_before_gain", "--failures"] + args) == 1
@@ -54,7 +54,7 @@ def test_the_command_prints_the_table_and_exits_non_zero_on_failure(capsys):
 def test_python_dash_m_runs_the_command(tmp_path):
     shutil.copy(HERE / "user_norms.py", tmp_path)
     p = subprocess.run([sys.executable, "-m", "reference_impl.check", "user_norms:rounds_before_gain", "--model",
-                        "gemma3_text", "--dtypes", "bf16", "--no-grads"], cwd=tmp_path, env=_env(tmp_path),
+                        "gemma3_text", "--dtypes", "bf16", "--no-grads", "--widths", "33,64,127"], cwd=tmp_path, env=_env(tmp_path),
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 1, p.stderr
     assert "rounded to bfloat16 before the gain" in p.stdout and "FAIL" in p.stdout

@@ -13,29 +13,40 @@ from reference_impl.check.kit import plan
 
 import user_norms as U
 
-FAST = {"dtypes": ("bf16",), "grads": False}
+SMALL = (33, 64, 127)  # the small probes only; the first test runs the default plan with the wide ones
+FAST = {"dtypes": ("bf16",), "grads": False, "widths": SMALL}
 
 
 @pytest.mark.guards("check.kit")
 def test_the_gemma3_order_passes_for_gemma3_text():
-    report = check_norm(U.gemma_rms_norm, model="gemma3_text")
-    assert report.ok and len(report.results) == 55
+    report = check_norm(U.gemma_rms_norm, model="gemma3_text", dtypes=("fp16",))
+    small = [r for r in report.results if r.layout != "wide"]
+    wide = [r for r in report.results if r.layout == "wide"]
+    assert report.ok and len(small) == 22
     assert all(r.identical for r in report.results) and all(r.within_bound for r in report.results)
-    assert all(r.grad_ratio is not None and r.grad_ratio <= 1 for r in report.results)
+    assert all(r.grad_ratio is not None and r.grad_ratio <= 1 for r in small)
+    # the wide probes: widths 1 to 8192, primes, Gemma 3's own hidden (2304) and head (256) sizes, 64 rows
+    assert {r.shape[-1] for r in wide} == {1, 7, 256, 2304, 4099, 8192} and {r.shape[0] for r in wide} == {64}
+    cover = next(n for n in report.notes if n.startswith("covered: "))
+    assert "widths 1, 7, 33, 64, 127, 256, 2304, 4099, 8192" in cover and "float16 subnormals included" in cover
+    fp16 = next(c.probe.x for c in plan(report.target, ("fp16",)) if c.layout == "wide")
+    tiny = fp16[fp16 != 0].abs()
+    assert bool((tiny < torch.finfo(torch.float16).tiny).any()), "float16 subnormal inputs are probed"
+    assert float(fp16.abs().max()) > 1000, "float16 rows near its overflow edge are probed"
     assert report.match.matched == "rms_norm.gemma"
     assert "equals rms_norm.gemma bit for bit" in report.diagnosis
     # the inputs the issue asks for: odd and even widths, bf16 and fp32 gains, tiny and large scales, strided
     shapes = {r.shape for r in report.results}
     assert {(4, 33), (4, 64), (2, 2, 127)} <= shapes
-    assert {r.weight_dtype for r in report.results} == {"bf16", "fp16", "fp32"}
-    assert {r.scale for r in report.results} == {1e-4, 1.0, 300.0}
+    assert {r.weight_dtype for r in report.results} == {"fp16", "fp32"}
+    assert {r.scale for r in small} == {1e-4, 1.0, 300.0}
     assert any(r.layout == "strided" for r in report.results)
 
 
 @pytest.mark.guards("check.kit", "check.diagnosis")
 def test_rounding_before_the_gain_is_caught_and_named_llamas_order():
     with pytest.raises(NormCheckFailed) as info:
-        check_norm(U.rounds_before_gain, model="gemma3_text")
+        check_norm(U.rounds_before_gain, model="gemma3_text", widths=SMALL)
     report, text = info.value.report, str(info.value)
     assert isinstance(info.value, AssertionError)
     assert report.match.matched == "rms_norm.llama"
@@ -57,7 +68,7 @@ def test_rounding_before_the_gain_is_caught_and_named_llamas_order():
 @pytest.mark.guards("check.kit", "check.diagnosis")
 def test_eps_outside_the_root_is_caught_on_the_tiny_rows_and_named():
     with pytest.raises(NormCheckFailed) as info:
-        check_norm(U.eps_outside, model="gemma3_text", dtypes=("bf16", "fp16"))
+        check_norm(U.eps_outside, model="gemma3_text", dtypes=("bf16", "fp16"), widths=SMALL)
     report = info.value.report
     tiny = [r for r in report.results if r.scale == 1e-4]
     assert tiny and all(r.within_bound is False and r.err_ulp > 100 for r in tiny), "eps decides tiny rows"
@@ -153,14 +164,14 @@ def test_modules_layer_norms_and_the_fused_residual_add():
         def forward(self, x):
             return U.gemma_rms_norm(x, self.weight, self.eps)
 
-    assert check_norm(MyGemmaNorm(), model="gemma3_text", dtypes=("bf16",)).ok
+    assert check_norm(MyGemmaNorm(), model="gemma3_text", dtypes=("bf16",), widths=SMALL).ok
     ln = check_norm(lambda x, w, b, eps: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, eps), model="gpt_neox",
-                    dtypes=("bf16", "fp32"))
+                    dtypes=("bf16", "fp32"), widths=SMALL)
     assert ln.ok and ln.match.matched == "layer_norm.neox"
     from reference_impl import variants as va
 
     fused = check_norm(lambda x, r, w, eps: va.fused_add_rms_norm(x, r, w, eps), model="qwen3", residual=True,
-                       dtypes=("bf16",))
+                       dtypes=("bf16",), widths=SMALL)
     assert fused.ok and fused.match.matched == "fused_add_rms_norm.llama"
 
     def residual_not_rounded(x, r, w, eps):
@@ -174,7 +185,7 @@ def test_convention_overrides_and_eps():
     t = models.resolve("qwen3", "rms_norm.eps_outside", 1e-5)
     assert (t.convention, t.placement, t.eps) == ("reference", "outside", 1e-5)
     rep = check_norm(lambda x, w, eps: cv.rms_norm(x, w, eps, convention="reference", eps_placement="outside"),
-                     convention="rms_norm.eps_outside", dtypes=("bf16",))
+                     convention="rms_norm.eps_outside", dtypes=("bf16",), widths=SMALL)
     assert rep.ok and rep.match.matched == "rms_norm.eps_outside"
     # catalog entries that are an RMSNorm in another arrangement, and candidate names, are accepted
     assert models.resolve(convention="qk_norm.per_head_gemma").entry == "rms_norm.gemma"
@@ -195,7 +206,7 @@ def test_the_census_index_is_read_and_names_the_models_own_module(tmp_path, monk
     path.write_text(json.dumps(index))
     monkeypatch.setattr(models, "INDEX", path)
     monkeypatch.setattr(models.load_index, "__defaults__", (path,))
-    rep = check_norm(U.gemma_rms_norm, model="gemma3_text", dtypes=("bf16",))
+    rep = check_norm(U.gemma_rms_norm, model="gemma3_text", dtypes=("bf16",), widths=SMALL)
     assert rep.target.source.startswith("the census of transformers 5.24.0")
     assert rep.truth == "Gemma3RMSNorm from the installed transformers"
     path.write_text("{not json")
@@ -204,7 +215,7 @@ def test_the_census_index_is_read_and_names_the_models_own_module(tmp_path, monk
 
 
 def test_without_transformers_the_truth_is_the_catalog_replay():
-    rep = check_norm(U.gemma_rms_norm, model="gemma3_text", dtypes=("bf16",), use_hf=False)
+    rep = check_norm(U.gemma_rms_norm, model="gemma3_text", dtypes=("bf16",), use_hf=False, widths=SMALL)
     assert rep.ok and rep.truth.startswith("the catalog's rms_norm.gemma")
 
 
@@ -223,7 +234,7 @@ def test_torch_layer_norm_passes_the_kit_with_one_thread():
     torch.set_num_threads(1)
     try:
         report = check_norm(lambda x, w, b, eps: torch.nn.functional.layer_norm(x, x.shape[-1:], w, b, eps),
-                            model="gpt_neox", dtypes=("bf16", "fp32"))
+                            model="gpt_neox", dtypes=("bf16", "fp32"), widths=SMALL)
     finally:
         torch.set_num_threads(before)
     assert report.ok and any(c.grad_ratio is not None for c in report.results)
