@@ -94,7 +94,7 @@ def _targets(identity):
     for r in recs:
         if r["mode"] != "forward_backward":
             r["ratio_copy"] = r["gbps"] / copies[limits.ceiling_key(r)]
-    idx = bench._index(recs)
+    idx = bench.index_results(recs)
     return limits.machine_targets(idx, identity, ["glibc", "glibc_tunables"], ["float32", "bfloat16"])
 
 

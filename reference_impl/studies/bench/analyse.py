@@ -7,7 +7,6 @@ import statistics
 
 from .measure import verdict
 from .cases import ALLOCATORS, BLOCK_ALLOCATOR, IMPLS, LABELS, MODES, ORT_OPS, OUT_MODE_ALLOCATOR, RMS_NORMS
-from .render import _index, tables
 from .groups import GROUP_MODES
 from .limits import CEILING_MODES, GROUP_PAIRS, ceiling_key, machine_targets, qk_summary, short_rows_summary
 
@@ -19,10 +18,16 @@ def _ratio_stats(a: dict, b: dict) -> dict:
             "label": verdict(a["round_median_s"], b["round_median_s"])}
 
 
+def index_results(results: list[dict]) -> dict:
+    """The run's timed records by (allocator, mode, dtype, rows, hidden, impl)."""
+    return {(r["allocator"], r["mode"], r["dtype"], r["rows"], r["hidden"], r["impl"]): r
+            for r in results if "median_s" in r}
+
+
 def analyse(results: list[dict], allocators: list[str], shapes, dtypes, identity: dict | None = None) -> dict:
     """Ratios against the ceilings, comparisons with separation labels, and the targets, from one run; with
     the machine's identity (cpu_identity), the targets of that machine (limits.machine_targets) too."""
-    idx = _index(results)
+    idx = index_results(results)
     ceiling = {}
     for r in results:
         if r["mode"] in CEILING_MODES and r["impl"] in ("copy", "stream_copy") and "gbps" in r:
@@ -50,7 +55,6 @@ def analyse(results: list[dict], allocators: list[str], shapes, dtypes, identity
                                     "a": x, "b": y, **_ratio_stats(a, idx[(alloc, mode, dname, rows, d, y)])})
     out = {"comparisons": comparisons, "targets": targets(idx, comparisons, allocators, shapes, dtypes),
            "advice": advice(idx, allocators, shapes, dtypes)}
-    out["tables"] = tables(idx, comparisons, out["targets"], allocators, shapes, dtypes)
     out["ln_vs_rms"] = ln_vs_rms(idx, comparisons, allocators, shapes, dtypes)
     if any(r["mode"] in GROUP_MODES for r in results):
         out["short_rows"] = short_rows_summary(idx, comparisons, dtypes, identity)

@@ -18,8 +18,8 @@ from .cases import (ALLOCATORS, BLOCK_ALLOCATOR, COMMAND, DEFAULT_REPEATS, DTYPE
 from .measure import allocator_available, flop_summary, run_worker, wait_for_quiet, worker
 from .groups import (GROUP_IMPLS, GROUP_LABELS, QK_ALLOCATOR, QK_SHAPES, QUICK_QK_SHAPES, QUICK_SHORT_SHAPES,
                      SHORT_SHAPES, TILE_IMPLS, default_tile_bytes)
-from .render import first_touch_table, ort_table, plot, status_text
-from .analyse import analyse, ort_support
+from .analyse import analyse, index_results, ort_support
+from .render import first_touch_table, ort_table, plot, status_text, tables
 from . import archive
 from reference_impl.studies.machine import cpu_identity, cpu_kernel_path, machine_key
 
@@ -97,6 +97,7 @@ def run(args) -> dict:
     data.update(analyse(results, allocs, shapes, dtypes, _identity))
     data["ort_dtype_support"] = ort_support(workers)
     data["status"] = status_text(data)
+    data["tables"] = tables(index_results(results), data["comparisons"], data["targets"], allocs, shapes, dtypes)
     data["tables"]["first_touch"] = first_touch_table(first_touch_all)
     data["tables"]["ort_support"] = ort_table(data["ort_dtype_support"], dtypes)
     finish(prov)
@@ -118,6 +119,8 @@ def reanalyse(data: dict, plots: Path | None) -> dict:
     data.update(analyse(data["results"], allocs, shapes, data["settings"]["dtypes"],
                         data["provenance"]["machine"].get("cpu_identity")))
     data["status"] = status_text(data)
+    data["tables"] = tables(index_results(data["results"]), data["comparisons"], data["targets"], allocs, shapes,
+                            data["settings"]["dtypes"])
     data["tables"]["first_touch"] = first_touch_table(first_touch_all)
     data["tables"]["ort_support"] = ort_table(data["ort_dtype_support"], data["settings"]["dtypes"])
     prov = data["provenance"]

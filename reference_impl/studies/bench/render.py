@@ -3,12 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
+from .analyse import index_results
 from .cases import CEILINGS, COLORS, IMPLS, LABELS, OUT_MODE_ALLOCATOR
-
-def _index(results: list[dict]) -> dict:
-    return {(r["allocator"], r["mode"], r["dtype"], r["rows"], r["hidden"], r["impl"]): r
-            for r in results if "median_s" in r}
 
 
 def _gb(rec) -> str:
@@ -179,7 +175,7 @@ def plot(data: dict, out_dir: Path) -> list[str]:
     from .groups import GROUP_COLORS, GROUP_IMPLS, GROUP_LABELS
 
     shapes = [tuple(s) for s in data["settings"]["shapes"]]
-    idx = _index(data["results"])
+    idx = index_results(data["results"])
     quick = "smoke run: " if data["provenance"]["quick"] else ""
     dtypes = data["settings"]["dtypes"]
     labels, colors = {**LABELS, **GROUP_LABELS}, {**COLORS, **GROUP_COLORS}
