@@ -16,10 +16,10 @@ are what this module writes.
 """
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from .diagrams import REPO, THEMES, Svg, Theme
+from .placement_diagrams import diagram_cli, write_files
 
 OUT_DIR = REPO / "docs" / "assets" / "diagrams" / "blocks"
 
@@ -176,22 +176,11 @@ def render_all() -> dict[str, str]:
 
 
 def write(out_dir: Path = OUT_DIR) -> list[Path]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, text in render_all().items():
-        tmp = out_dir / f".{name}.tmp"
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(out_dir / name)
-        paths.append(out_dir / name)
-    return paths
+    return write_files(render_all(), out_dir)
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=OUT_DIR, help="folder for the SVG files")
-    args = ap.parse_args(argv)
-    for p in write(args.out):
-        print(p.relative_to(REPO) if p.is_relative_to(REPO) else p)
+    diagram_cli(argv, __doc__.split("\n")[0], OUT_DIR, render_all)
 
 
 if __name__ == "__main__":

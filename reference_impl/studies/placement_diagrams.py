@@ -152,21 +152,34 @@ def render_all() -> dict[str, str]:
     return {f"{name}{t.suffix}.svg": build(t).render() for name, build in builders.items() for t in THEMES}
 
 
-def write(out_dir: Path = OUT_DIR) -> list[Path]:
+def write_files(files: dict[str, str], out_dir: Path) -> list[Path]:
+    """Writes each ``name -> SVG text`` into ``out_dir`` (a temporary file, then a rename); returns the paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, text in render_all().items():
-        (out_dir / name).write_text(text, encoding="utf-8")
+    for name, text in files.items():
+        tmp = out_dir / f".{name}.tmp"
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out_dir / name)
         paths.append(out_dir / name)
     return paths
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", type=Path, default=OUT_DIR, help="folder for the SVG files")
+def write(out_dir: Path = OUT_DIR) -> list[Path]:
+    return write_files(render_all(), out_dir)
+
+
+def diagram_cli(argv, description: str, default_out: Path, render) -> None:
+    """The command of a diagram module: ``--out`` a folder (default ``default_out``), then every file of
+    ``render()`` written there and its path printed."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--out", type=Path, default=default_out, help="folder for the SVG files")
     args = ap.parse_args(argv)
-    for p in write(args.out):
+    for p in write_files(render(), args.out):
         print(p.relative_to(REPO) if p.is_relative_to(REPO) else p)
+
+
+def main(argv=None) -> None:
+    diagram_cli(argv, __doc__.split("\n")[0], OUT_DIR, render_all)
 
 
 if __name__ == "__main__":

@@ -103,24 +103,18 @@ def qk_gain(kind, norm_kind, *model_types):
     return check
 
 
-def latents_not_keys(*model_types):
+def latents_not_keys(*model_types, queries_per_head=False):
+    """A norm on a latent in the traced layer, and no norm on queries or keys; with ``queries_per_head`` a
+    per-head norm on the queries as well (DeepSeek-V4 does both)."""
     def check(c):
         for t in model_types:
             m = _row(c, t)
             roles = {e["role"] for e in m["layer"]}
             assert "latent" in roles, f"{t}: no norm on a latent in the traced layer"
-            assert m["qk_norm"] == "none" and not roles & set(QK_ROLES), f"{t}: a norm on queries or keys"
-    return check
-
-
-def latents_and_queries(*model_types):
-    """A latent norm and a per-head norm on the queries in the traced layer (DeepSeek-V4 does both)."""
-    def check(c):
-        for t in model_types:
-            m = _row(c, t)
-            roles = {e["role"] for e in m["layer"]}
-            assert "latent" in roles, f"{t}: no norm on a latent in the traced layer"
-            assert "q_per_head" in roles and m["qk_norm"] == "per_head", f"{t}: no per-head norm on the queries"
+            if queries_per_head:
+                assert "q_per_head" in roles and m["qk_norm"] == "per_head", f"{t}: no per-head norm on the queries"
+            else:
+                assert m["qk_norm"] == "none" and not roles & set(QK_ROLES), f"{t}: a norm on queries or keys"
     return check
 
 
@@ -142,7 +136,9 @@ def values_normed(*model_types):
             m = _row(c, t)
             found = [e for e in m["layer"] if e["module"] == "self_attn.v_norm"]
             assert found, f"{t}: no self_attn.v_norm in the traced layer"
-            assert any("self_attn.v_norm" in x and "norm on the values" in x for x in m["extra_norms"]), \
+            # the census names the role (v_per_head), or, before it had that role, says so among the extra norms
+            assert any(e["role"] == "v_per_head" for e in found) or any(
+                "self_attn.v_norm" in x and "norm on the values" in x for x in m["extra_norms"]), \
                 f"{t}: the census does not say v_norm acts on the values"
             for e in found:
                 assert _classes(c)[e["class"]]["catalog"], f"{t}: {e['class']} is not matched to a catalog entry"
@@ -197,11 +193,11 @@ STATEMENTS = [
      latents_not_keys("deepseek_v2", "deepseek_v3")),
     ("placements.md", "DeepSeek-V4 normalizes both the latent query and, per head and without a gain, the queries "
                       "themselves",
-     all_of(latents_and_queries("deepseek_v4"), module_catalog("deepseek_v4", "self_attn.q_b_norm", "rms_norm.deepseek_v4"))),
+     all_of(latents_not_keys("deepseek_v4", queries_per_head=True), module_catalog("deepseek_v4", "self_attn.q_b_norm", "rms_norm.deepseek_v4"))),
     ("history.md", "DeepSeek-V2 and DeepSeek-V3 normalize the compressed latents instead",
      latents_not_keys("deepseek_v2", "deepseek_v3")),
     ("history.md", "DeepSeek-V4 normalizes both the latent and the per-head queries",
-     all_of(latents_and_queries("deepseek_v4"), module_catalog("deepseek_v4", "self_attn.q_b_norm", "rms_norm.deepseek_v4"))),
+     all_of(latents_not_keys("deepseek_v4", queries_per_head=True), module_catalog("deepseek_v4", "self_attn.q_b_norm", "rms_norm.deepseek_v4"))),
     ("history.md", "the census matches `Qwen3NextRMSNormGated` to `gated_rms_norm.qwen3_next`, `KimiLinearRMSNormGated` "
                    "to `gated_rms_norm.kimi_linear` and `MambaRMSNormGated` to `gated_rms_norm.mamba2`",
      all_of(class_catalog("gated_rms_norm.qwen3_next", "Qwen3NextRMSNormGated"),
