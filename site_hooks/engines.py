@@ -172,8 +172,13 @@ def differences(ctx) -> str:
         flags = ", ".join(f"{k}={v}" for k, v in r["flags"].items())
         body.append(f"Re-run: `python -m reference_impl.studies.engines --only {r['release']}`" +
                     (f" (flags read from the model file: {flags})" if flags else ""))
-        out.append(f'??? {kind} "{head}"\n' + "\n\n".join("    " + b.replace("\n", "\n    ") for b in body))
-    return "\n\n".join(out)
+        out.append((r["engine"], r["version"], f'??? {kind} "{head}"\n' +
+                    "\n\n".join("    " + b.replace("\n", "\n    ") for b in body)))
+    groups: dict = {}
+    for engine, version, block in out:
+        groups.setdefault((engine, version), []).append(block)
+    return "\n\n".join(f'??? note "{e} {v}: {len(blocks)} rows"\n' + "\n\n".join(
+        "    " + b.replace("\n", "\n    ") for b in blocks) for (e, v), blocks in groups.items())
 
 
 @macro("engines_read")
@@ -233,7 +238,10 @@ def count(ctx, what: str) -> str:
                                                                     doc["read"] if k["release"] == e["key"]}),
               "differing": sum(r["verdict"] != "identical" for r in doc["rows"]),
               "identical": sum(r["verdict"] == "identical" for r in doc["rows"]),
-              "identical_pairs": sum(p["identical"] for p in doc["matrix"])}
+              "identical_pairs": sum(p["identical"] for p in doc["matrix"]),
+              "batch_paths": sum(1 for r in doc["rows"] if r.get("batch")),
+              "batch_invariant": sum(1 for r in doc["rows"] if r.get("batch", {}).get("batch_invariant")),
+              "deterministic": sum(1 for r in doc["rows"] if r.get("batch", {}).get("deterministic"))}
     if what not in values:
         raise MacroError(f"{ctx.src_path}: engines_count knows {', '.join(values)}, not {what!r}")
     return str(values[what])
@@ -241,15 +249,15 @@ def count(ctx, what: str) -> str:
 
 @macro("engines_by_model")
 def by_model(ctx) -> str:
-    """Per model type (the target of the Find-your-model cards' links): each engine path and its verdict."""
+    """One line per model type (the target of the Find-your-model cards' links): each engine path's cell
+    and the trainer x server pairs that agree."""
     doc = engines()
-    out = []
+    lines = ["| model type | engine paths (without the residual stream) | trainer x server pairs identical |",
+             "|---|---|---|"]
     for m in doc["model_types"]:
-        rows = [r for r in doc["rows"] if r["model_type"] == m]
-        items = "".join(f"\n- {r['engine']} {r['version']}: `{r['function']}`" +
-                        (" with the residual stream" if r["residual"] else "") + f": {_cell(r)}" for r in rows)
+        rows = [r for r in doc["rows"] if r["model_type"] == m and not r["residual"]]
+        cells = "; ".join(f"{r['engine']}: {_cell(r)}" for r in rows) or "no engine path read for it"
         pairs = [p for p in doc["matrix"] if p["model_type"] == m]
-        same = sum(p["identical"] for p in pairs)
-        out.append(f'### `{m}` {{ #model-{m} }}\n{items or chr(10) + "- no engine path read for it"}\n\n'
-                   f"Trainer x server pairs that agree bit for bit: {same} of {len(pairs)}.")
-    return "\n\n".join(out)
+        lines.append(f'| <span id="model-{m}"></span>`{m}` | {cells} | {sum(p["identical"] for p in pairs)} of '
+                     f"{len(pairs)} |")
+    return "\n".join(lines)

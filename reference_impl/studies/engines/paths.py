@@ -113,6 +113,21 @@ def _uses(arch: Archive, files: dict, classes, path_of: Callable, residual_file:
     return out
 
 
+def _native_paths(release, member, text, digest, classes, stubs, label, extra=None, also=lambda res: []):
+    """``forward_native`` of each class, without and with the residual stream: two paths per class."""
+    out = []
+    for cls in classes:
+        got = loader.load(member, text, classes=(cls,), methods=("__init__", "forward_native"), stubs=stubs)
+        c = got.namespace[cls]
+        for residual in (False, True):
+            out.append(Path(f"{release}:{cls}.forward_native" + (":residual" if residual else ""), release, member,
+                            digest, f"{cls}.forward_native", got.lines[f"{cls}.forward_native"], label,
+                            lambda flags, res, c=c: _module_fn(c, "forward_native", flags, res), residual,
+                            stubs=got.stubs + (extra.stubs if extra else []),
+                            dropped=got.dropped + (extra.dropped if extra else []), also=also(residual)))
+    return out
+
+
 # ------------------------------------------------------------------------------------------ vLLM
 
 VLLM_LAYERNORM = "vllm/model_executor/layers/layernorm.py"
@@ -142,19 +157,11 @@ def vllm(arch: Archive):
                                               "(rms_norm, fused_add_rms_norm), read from the same release"),
              "set_weight_attrs": (lambda *a, **k: None, "a no-op (it tags the weight for the loader)")}
     text, digest = _text(arch, VLLM_LAYERNORM)
-    paths = []
-    for cls in ("RMSNorm", "GemmaRMSNorm"):
-        got = loader.load(VLLM_LAYERNORM, text, classes=(cls,), methods=("__init__", "forward_native"), stubs=stubs)
-        c = got.namespace[cls]
-        for residual in (False, True):
-            paths.append(Path(f"vllm:{cls}.forward_native" + (":residual" if residual else ""), "vllm",
-                              VLLM_LAYERNORM, digest, f"{cls}.forward_native", got.lines[f"{cls}.forward_native"],
-                              "PyTorch-native forward (the IR op's native implementation; what torch.compile "
-                              "traces when vLLM's custom kernels are off, and the CPU path)",
-                              lambda flags, res, c=c: _module_fn(c, "forward_native", flags, res), residual,
-                              stubs=got.stubs + ir.stubs, dropped=got.dropped + ir.dropped,
-                              also=[{"file": VLLM_IR, "sha256": ir_sha, "line": ir.lines["fused_add_rms_norm" if
-                                                                                      residual else "rms_norm"]}]))
+    label = ("PyTorch-native forward (the IR op's native implementation; what torch.compile traces when vLLM's "
+             "custom kernels are off, and the CPU path)")
+    paths = _native_paths("vllm", VLLM_LAYERNORM, text, digest, ("RMSNorm", "GemmaRMSNorm"), stubs, label, extra=ir,
+                          also=lambda res: [{"file": VLLM_IR, "sha256": ir_sha,
+                                             "line": ir.lines["fused_add_rms_norm" if res else "rms_norm"]}])
     uses = _uses(arch, VLLM_MODELS, ("RMSNorm", "GemmaRMSNorm"), lambda c: f"vllm:{c}.forward_native")
     return paths, uses
 
@@ -172,17 +179,9 @@ SGL_MODELS = {m: f"sglang/srt/models/{f}.py" for m, f in (
 def sglang(arch: Archive):
     text, digest = _text(arch, SGL_LAYERNORM)
     stubs = {"_use_aiter": (False, "False (AMD's aiter kernels are not in use)")}
-    paths = []
-    for cls in ("RMSNorm", "GemmaRMSNorm", "Gemma3RMSNorm"):
-        got = loader.load(SGL_LAYERNORM, text, classes=(cls,), methods=("__init__", "forward_native"), stubs=stubs)
-        c = got.namespace[cls]
-        for residual in (False, True):
-            paths.append(Path(f"sglang:{cls}.forward_native" + (":residual" if residual else ""), "sglang",
-                              SGL_LAYERNORM, digest, f"{cls}.forward_native", got.lines[f"{cls}.forward_native"],
-                              "PyTorch-native forward (SGLang's fallback and CPU-side path; its CUDA path calls "
-                              "compiled kernels)",
-                              lambda flags, res, c=c: _module_fn(c, "forward_native", flags, res), residual,
-                              stubs=got.stubs, dropped=got.dropped))
+    label = "PyTorch-native forward (SGLang's fallback and CPU-side path; its CUDA path calls compiled kernels)"
+    paths = _native_paths("sglang", SGL_LAYERNORM, text, digest, ("RMSNorm", "GemmaRMSNorm", "Gemma3RMSNorm"), stubs,
+                          label)
     uses = _uses(arch, SGL_MODELS, ("RMSNorm", "GemmaRMSNorm", "Gemma3RMSNorm"), lambda c: f"sglang:{c}.forward_native",
                  residual_file=SGL_ADD_NORM, residual_pattern="return norm(hidden_states, residual")
     return paths, uses

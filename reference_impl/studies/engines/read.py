@@ -55,6 +55,24 @@ KERNELS = (
                     "result (the CPU back end fuses the two into the loop above)")),
            "every RMSNorm model llama.cpp runs",
            "graph construction, C++; read"),
+    Kernel("megatron", "megatron/core/transformer/custom_layers/batch_invariant_kernels.py",
+           "BatchInvariantRMSNormFn.forward", "class BatchInvariantRMSNormFn(", (
+               Step("gain", "weight_eff = weight + 1.0 if zero_centered_gamma else weight",
+                    "with zero_centered_gamma (how Megatron stores Gemma's offset) the forward computes "
+                    "weight_eff = weight + 1"),
+               Step("accumulate", "ms = mean_dim(x_fp32 * x_fp32, dim=-1, keepdim=True)",
+                    "x in float32, squared, averaged by the batch-invariant mean_dim kernel"),
+               Step("eps", "rsigma = torch.rsqrt(ms + eps)", "rsigma = rsqrt(mean + eps): eps inside"),
+               Step("gain", "w_fp32 = weight.to(device=x.device, dtype=torch.float32)",
+                    "the forward then multiplies by the stored weight in float32, not by weight_eff: with "
+                    "zero_centered_gamma its output lacks the + 1"),
+               Step("output", "out = out_fp32.to(x_dtype)", "(x * rsigma) * w in float32, one rounding to x's "
+                    "dtype: OLMo 2's order"),
+               Step("gain", "w_eff = (weight + 1.0) if ctx.zero_centered_gamma else weight",
+                    "the backward does use weight + 1")),
+           "every model Megatron-core trains with Transformer Engine's RMSNorm while its batch-invariant mode is "
+           "on (it replaces TE's RMSNorm forward); the + 1 matters for Gemma",
+           "it refuses CPU tensors and its mean_dim is a Triton GPU kernel; read"),
     Kernel("vllm", "vllm/model_executor/determinism/batch_invariant.py", "_rms_norm_kernel",
            "def _rms_norm_kernel(", (
                Step("accumulate", "sq_vals = vals_f32 * vals_f32", "x converted to float32, squared, summed in "
