@@ -43,7 +43,7 @@ def layouts(x: torch.Tensor, i: int, others: torch.Tensor):
 def batch_invariance(fn, target, case, residual: bool, grads: bool) -> str | None:
     """What broke batch invariance or determinism on a contiguous 2-d case (None: both held). Runs the
     function through :func:`reference_impl.check.kit.call`, so any kind of norm the kit checks works."""
-    from .kit import call
+    from .calling import call
 
     p = case.probe
     if p.x.dim() != 2 or not p.x.is_contiguous():

@@ -271,7 +271,7 @@ def residual_experiment(p: M.Probe, s_out, y, target) -> Finding:
 def grad_experiment(fn, target, case, call) -> Finding | None:
     """Which gradient is wrong on a case, and whether a constant factor or a backward that treats the
     statistic as a constant explains it. ``call(x, weight) -> y`` runs the function."""
-    from .kit import reference_grads
+    from .calling import reference_grads
 
     p = case.probe
     x = p.x.detach().clone().requires_grad_(True)
@@ -346,7 +346,7 @@ def explain(fn, report, target, cases, residual: bool, *, fn_name: str, args: st
     """The findings for a failing report, the first the most basic: an exception, an input changed in place,
     two calls that disagree, a wrong shape or dtype, the residual contract, the values, the gradients. Each
     kind of failure gives at most one finding; an empty list when every case passes."""
-    from .kit import call, grad_call, truth
+    from .calling import call, grad_call, truth
 
     by_id = {c.id: c for c in cases}
     fails = [r for r in report.failures if r.case in by_id]

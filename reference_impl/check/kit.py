@@ -18,7 +18,6 @@ stores it (the gain ``w``, or Gemma's offset from one, whose gain is ``1 + w``),
 """
 from __future__ import annotations
 
-import copy
 import math
 import traceback
 from dataclasses import dataclass
@@ -27,14 +26,14 @@ import numpy as np
 import torch
 
 from . import matching as M
-from .models import HF_EXTRA, Target, hf_module
+from .calling import call, grad_call, module_for, reference_grads, truth  # noqa: F401 (the kit's API)
+from .models import HF_EXTRA, Target
 from .options import _dtype, check_device, target_for  # noqa: F401 (check_device: part of the kit's API)
 from .report import CaseResult, NormCheckFailed, Report
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 WIDTHS = (33, 64, 127)
 SCALES = (1e-4, 1.0, 300.0)
-_EPS_ATTRS = ("eps", "variance_epsilon", "epsilon")
 _BITS = {torch.bfloat16: 7, torch.float16: 10, torch.float32: 23, torch.float64: 52}
 
 
@@ -112,83 +111,6 @@ def _fn_name(fn) -> str:
     return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or repr(fn)
 
 
-def module_for(fn: torch.nn.Module, p: M.Probe, target: Target, weight=None, requires_grad=False):
-    """A copy of the module ``fn`` holding the probe's weight (and bias) in its own parameters, in the
-    probe's dtypes, and the model's eps; returns ``(module, [its weight, its bias])`` (the parameters the
-    gradients are taken through)."""
-    m = copy.deepcopy(fn)
-    w = p.weight if weight is None else weight
-    params = []
-    for name, t in (("weight", w), ("bias", p.bias)):
-        if t is None:
-            continue
-        mine = getattr(m, name, None)
-        if not isinstance(mine, torch.Tensor):
-            raise TypeError(f"the module {type(fn).__name__} has no tensor {name!r}, but {target.name}'s norm has one")
-        with torch.no_grad():
-            mine.data = t.detach().clone()
-        if isinstance(mine, torch.nn.Parameter):
-            mine.requires_grad_(requires_grad)
-        params.append(mine)
-    for attr in _EPS_ATTRS:
-        if isinstance(getattr(m, attr, None), float):
-            setattr(m, attr, p.eps)
-    return m, params
-
-
-def call(fn, p: M.Probe, target: Target, residual=False, x=None, weight=None):
-    """Call ``fn`` on a probe by the protocol of the module docstring (``x``/``weight`` replace the probe's,
-    e.g. by tensors that require grad)."""
-    x = p.x if x is None else x
-    w = p.weight if weight is None else weight
-    if isinstance(fn, torch.nn.Module):
-        m, _ = module_for(fn, p, target, w)
-        if p.gate is not None:
-            return m(x, p.gate)
-        return m(x, p.residual) if residual else m(x)
-    if target.kind == "gated_rms":
-        return fn(x, w, p.gate, p.eps)
-    if residual:
-        return fn(x, p.residual, w, p.eps)
-    if target.kind == "layer":
-        return fn(x, w, p.bias, p.eps)
-    if target.kind == "l2":
-        return fn(x, p.eps)
-    return fn(x, w, p.eps)
-
-
-def truth(target: Target, p: M.Probe, residual=False, use_hf=True):
-    """The model's output on a probe: its own module from transformers when it can be built, else the
-    catalog's replay of its casting order (tested bit-identical to the modules). Returns (y, s, what)."""
-    from .matching import _runner, candidate_list
-
-    s = None
-    x = p.x
-    if residual:
-        s = x + p.residual  # the decoder layer's "hidden_states = residual + hidden_states", in x's dtype
-        x = s
-    if use_hf:
-        if target.kind == "gated_rms":
-            from .roles import gated_module
-
-            m = gated_module(target, x.shape[-1], p.weight)
-        else:
-            m = hf_module(target, x.shape[-1], p.weight, p.bias)
-        if m is not None:
-            with torch.no_grad():
-                y = m.to(x.device)(x) if p.gate is None else m.to(x.device)(x, p.gate)
-                return y, s, f"{target.norm_class} from the installed transformers"
-    if target.kind == "gated_rms":
-        from .roles import gated_truth
-
-        with torch.no_grad():
-            return gated_truth(target, p), s, f"the catalog's {target.convention} (a replay of the module's order)"
-    cand = next(c for c in candidate_list(target.kind) if c.name == target.candidate)
-    q = M.Probe(x, p.weight, p.bias, p.eps, p.label, p.gain, None, p.scale)
-    with torch.no_grad():
-        return _runner(cand, target.kind)(q), s, f"the catalog's {target.candidate} (a replay of the module's order)"
-
-
 # ------------------------------------------------------------------------------------------ measuring
 
 def ulp(v: np.ndarray, dtype: torch.dtype) -> np.ndarray:
@@ -261,43 +183,6 @@ def compare(got: torch.Tensor, ref: torch.Tensor, exact: np.ndarray | None = Non
 
 class _BackwardError(Exception):
     """The function's own backward raised."""
-
-
-def reference_grads(target: Target, p: M.Probe, dy) -> list:
-    """The float64 gradients of the target's math on a probe and their derived bounds:
-    ``[(dx, bound), (dweight, bound), (dbias, bound)]`` (None where the norm has no such input)."""
-    from .. import oracle as O
-    from .. import tolerances as T
-
-    xd, dyd = p.x.detach().cpu().double().numpy(), dy.detach().cpu().double().numpy()
-    if target.kind == "rms":
-        eff = p.effective_gain()
-        dx64, dw64 = O.rms_norm_backward_placed(dyd, xd, None if eff is None else eff.cpu().double().numpy(),
-                                                p.eps, target.placement)
-        bdx, bdw = T.convention_backward_bounds(dy.cpu(), p.x.cpu(), None if p.weight is None else p.weight.cpu(),
-                                                p.eps, target.convention, target.placement, extra_low=2,
-                                                w_low_rows=True)
-        return [(dx64, bdx), (dw64, bdw), (None, None)]
-    b = None if p.bias is None else p.bias.cpu()
-    dx64, dw64, db64 = O.layer_norm_backward(dyd, xd, p.weight.cpu().double().numpy(),
-                                             None if b is None else b.double().numpy(), p.eps)
-    bdx, bdw, bdb = T.ln_family_backward_bounds(dy.cpu(), p.x.cpu(), p.weight.cpu(), b, p.eps,
-                                                extra_low=2, w_low_rows=True)
-    return [(dx64, bdx), (dw64, bdw), (db64, bdb)]
-
-
-def grad_call(fn, p: M.Probe, target: Target, residual: bool):
-    """``run(x, weight) -> (y, params)``: the function's output and the tensors its gain (and bias)
-    gradients are taken through: for an ``nn.Module`` its own parameters, else the weight given (and the
-    probe's bias, made to require grad)."""
-    def run(x, w):
-        if isinstance(fn, torch.nn.Module):
-            m, params = module_for(fn, p, target, w, requires_grad=True)
-            return (m(x, p.residual) if residual else m(x)), params
-        b = None if p.bias is None else p.bias.detach().clone().requires_grad_(True)
-        q = M.Probe(p.x, p.weight, b, p.eps, p.label, p.gain, p.residual, p.scale, p.gate)
-        return call(fn, q, target, residual, x=x, weight=w), [t for t in (w, b) if t is not None]
-    return run
 
 
 def _grads(fn, target: Target, p: M.Probe, residual: bool) -> tuple[float | None, str | None, str | None]:

@@ -7,7 +7,7 @@ The census traced each model and recorded, for each norm module of a decoder lay
 that list (``models[].layer`` and ``final_norm`` of ``docs/data/census.json``, with the classes' facts from
 its ``classes``) and turns a class name or a role into the kit's :class:`~reference_impl.check.models.Target`.
 
-Roles accepted (any case, any separator): ``q``, ``k``, ``value``, ``latent``, ``inner output``, ``final``,
+Roles accepted (any case, any separator): ``q``, ``k``, ``value`` (or ``v``), ``latent``, ``inner output``, ``final``,
 ``input``, ``sublayer output``, ``residual sum``, and the census's own role names. A gated class
 (``Qwen3NextRMSNormGated``, ``MambaRMSNormGated``, ``FalconH1RMSNormGated``) gives a target of kind
 ``"gated_rms"``, checked as ``fn(x, weight, gate, eps)`` against the class itself with its activation and
@@ -23,7 +23,8 @@ from .models import Target, _from_index, _squash, _similar, resolve
 
 _ROLES = {"q": ("q_per_head", "q_whole"), "k": ("k_per_head", "k_whole"), "latent": ("latent",),
           "inneroutput": ("inner_output",), "input": ("input",), "sublayeroutput": ("sublayer_output",),
-          "residualsum": ("residual_sum",), "value": ("value",), "final": ("final",)}
+          "residualsum": ("residual_sum",), "value": ("value", "v_per_head", "v_whole"),
+          "v": ("value", "v_per_head", "v_whole"), "final": ("final",)}
 
 
 @lru_cache(maxsize=1)
