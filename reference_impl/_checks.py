@@ -1,6 +1,7 @@
 """Input validation shared by every entry point: bad input gets an error that names the problem."""
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 
@@ -145,3 +146,54 @@ def check_norm_args(x, weight, eps, *, bias=None, eps_dtype=None, extra=None, re
     if resolve_eps is not None:
         return resolve_eps(eps)
     return check_eps(eps, max_value=eps_limit(compute_dtype(x) if eps_dtype is None else eps_dtype))
+
+
+
+class _NoSecondDerivative(torch.autograd.Function):
+    """Passes gradients on (copies) and raises ``message`` when they are differentiated; ``anchors`` tie the
+    copies to the graph so that a derivative towards any of them runs this backward."""
+
+    @staticmethod
+    def forward(ctx, message: str, n: int, *tensors):
+        ctx.message = message
+        return tuple(t.clone() for t in tensors[:n])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(ctx.message)
+
+
+def once_differentiable(what: str):
+    """Decorator for the ``backward`` of an autograd Function whose backward records no graph (a kernel, a
+    collective): a second derivative through it raises a RuntimeError with the message ``what`` (which names
+    the function and where to find a second derivative) instead of coming out wrong.
+
+    torch's ``once_differentiable`` hangs its error on fresh leaves, which ``torch.autograd.grad`` towards the
+    real inputs never visits, and attaches it only when an incoming gradient requires grad. A Hessian-vector
+    product (``torch.autograd.functional.hvp``, the double-backward trick on a saved detached leaf) of a loss
+    such as ``sum(norm(x) * c) + sum(x**3)`` then drops the norm's part: zeros, silently. Here, while a graph
+    is being built (``create_graph=True``), every gradient is tied to the incoming gradients and the saved
+    tensors that require grad, through a node whose backward raises."""
+    message = (f"{what} (once_differentiable: a gradient that went through it was differentiated again, e.g. in "
+               "a Hessian-vector product)")
+
+    def decorate(backward):
+        @functools.wraps(backward)
+        def wrapper(ctx, *grads):
+            with torch.no_grad():
+                out = backward(ctx, *grads)
+            if not torch.is_grad_enabled():  # create_graph=False: nobody differentiates these gradients
+                return out
+            anchors = [t for t in (*grads, *ctx.saved_tensors) if isinstance(t, torch.Tensor) and t.requires_grad]
+            outs = list(out) if isinstance(out, tuple) else [out]
+            where = [i for i, t in enumerate(outs) if isinstance(t, torch.Tensor)]
+            if not anchors or not where:
+                return out
+            tied = _NoSecondDerivative.apply(message, len(where), *[outs[i] for i in where], *anchors)
+            for i, t in zip(where, tied):
+                outs[i] = t
+            return tuple(outs) if isinstance(out, tuple) else outs[0]
+
+        return wrapper
+
+    return decorate

@@ -42,10 +42,9 @@ import zlib
 
 import torch
 import torch.distributed as dist
-from torch.autograd.function import once_differentiable
 
 from .comm import CommRecorder  # re-exported: the bench and the tests count collectives with it
-from ._checks import check_eps, check_input, check_param, compute_dtype, eps_limit
+from ._checks import check_eps, check_input, check_param, compute_dtype, eps_limit, once_differentiable
 from .conventions import (RMS_CONVENTIONS, apply_gain, check_convention, effective_gain, resolve_eps, row_mean,
                           stat_dtype)
 
@@ -56,6 +55,8 @@ STATS = ("sums", "welford")
 # (create_graph=True, then another backward) would come out wrong (at any world size, 1 included). Marked
 # once_differentiable, it raises an error that says so instead; for second derivatives, gather the rows
 # and use the single-device reference (reference_impl.rms_norm / layer_norm), whose double backward is exact.
+# (torch's own once_differentiable lets a Hessian-vector product through as zeros: see _checks.once_differentiable.)
+_SECOND = "{}: its backward all-reduces without a graph, so it has no second derivative; gather the rows and use {}"
 _DTYPE_CODE = {torch.float16: 1, torch.bfloat16: 2, torch.float32: 3, torch.float64: 4}
 
 
@@ -245,7 +246,7 @@ class _ShardedRMSNorm(torch.autograd.Function):
         return apply_gain(x, rstd, weight, convention)
 
     @staticmethod
-    @once_differentiable  # see _ONCE below
+    @once_differentiable(_SECOND.format("sharded_rms_norm", "reference_impl.rms_norm"))  # see _ONCE above
     def backward(ctx, dy):
         x, weight, rstd = ctx.saved_tensors
         d, group, convention, deterministic = ctx.opts
@@ -318,7 +319,7 @@ class _SequenceParallelRMSNorm(torch.autograd.Function):
         return apply_gain(x, rstd, weight, convention)
 
     @staticmethod
-    @once_differentiable  # see _ONCE below
+    @once_differentiable(_SECOND.format("sequence_parallel_rms_norm", "reference_impl.rms_norm"))  # see _ONCE above
     def backward(ctx, dy):
         x, weight, rstd = ctx.saved_tensors
         group, convention, deterministic = ctx.opts
@@ -433,7 +434,7 @@ class _ShardedLayerNorm(torch.autograd.Function):
         return _ln_out(x, xf, mean, rstd, weight, bias)
 
     @staticmethod
-    @once_differentiable  # see _ONCE below
+    @once_differentiable(_SECOND.format("sharded_layer_norm", "reference_impl.layer_norm"))  # see _ONCE above
     def backward(ctx, dy):
         x, weight, bias, mean, rstd = ctx.saved_tensors
         d, group, deterministic = ctx.opts
@@ -506,7 +507,7 @@ class _SequenceParallelLayerNorm(torch.autograd.Function):
         return _ln_out(x, xf, mean, rstd, weight, bias)
 
     @staticmethod
-    @once_differentiable  # see _ONCE below
+    @once_differentiable(_SECOND.format("sequence_parallel_layer_norm", "reference_impl.layer_norm"))  # see _ONCE above
     def backward(ctx, dy):
         x, weight, bias, mean, rstd = ctx.saved_tensors
         group, deterministic = ctx.opts

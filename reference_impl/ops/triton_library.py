@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import torch
 import triton
-from torch.autograd.function import once_differentiable
 from torch.library import triton_op, wrap_triton
 
-from .._checks import check_eps
+from .._checks import check_eps, once_differentiable
 from . import triton_norm as tn
 
 __all__ = ["rms_norm_fwd", "rms_norm"]
@@ -95,7 +94,8 @@ def _setup(ctx, inputs, output):
     ctx.gemma, ctx.has_residual = gemma, residual is not None
 
 
-@once_differentiable  # the backward op has no derivative of its own: a second one raises, never drops terms
+@once_differentiable("normlab_triton::rms_norm_fwd: the Triton kernels record no graph, so it has no second "
+                     "derivative; use reference_impl.rms_norm")
 def _backward(ctx, dy, dh_out, _drstd):
     h, weight, rstd = ctx.saved_tensors
     dh, dw = torch.ops.normlab_triton.rms_norm_bwd(dy, h, weight, rstd, ctx.gemma)

@@ -38,9 +38,8 @@ import os
 
 import torch
 import triton
-from torch.autograd.function import once_differentiable
 
-from .._checks import check_eps, check_input, check_param
+from .._checks import check_eps, check_input, check_param, once_differentiable
 # the kernels and their constants live in triton_kernels.py; importable from here as before
 from .triton_kernels import (  # noqa: F401
     CHUNK, CONVENTIONS, MAX_SINGLE_BLOCK, PARTIAL_BLOCK_COLS, PARTIAL_BLOCK_ROWS, ROWS_MAX_D, SUPPORTED_DTYPES,
@@ -315,15 +314,50 @@ def layer_norm_bwd(dy, x, weight, bias, mean, rstd, block_size=None, num_partial
                 False, block_size, num_partials)
 
 
+def _rms_args(x, weight, eps, residual, convention, block_size, fn: str = "triton_rms_norm"):
+    """Every check of an RMSNorm call, in signature order; returns (eps as a float, the residual made contiguous)."""
+    _check_x(x, fn)
+    _check_p(weight, x, "weight")
+    eps = check_eps(eps, max_value=_FLOAT32_MAX)
+    _check_convention(convention)
+    if residual is not None:
+        residual = _check_like(residual, x, "residual")
+    _settings(x.shape[-1], block_size)
+    _check_device(x)
+    return eps, residual
+
+
+def _ln_args(x, weight, bias, eps, block_size, residual, fn: str = "triton_layer_norm"):
+    """Every check of a LayerNorm call, in signature order; returns (eps as a float, the residual)."""
+    _check_x(x, fn)
+    _check_p(weight, x, "weight")
+    _check_p(bias, x, "bias")
+    eps = check_eps(eps, max_value=_FLOAT32_MAX)
+    if residual is not None:
+        residual = _check_like(residual, x, "residual")
+    _settings(x.shape[-1], block_size)
+    _check_device(x)
+    return eps, residual
+
+
+def _check_flag(v, name: str) -> bool:
+    if not isinstance(v, bool):
+        raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
+    return v
+
+
 # --8<-- [start:autograd]
 class TritonRMSNormFunction(torch.autograd.Function):
     """``apply(x, weight, eps, residual, convention, block_size, res_fp32=False)`` -> ``y``, or ``(y, h)``
     with a residual. The backward uses the rounded h with the forward's rstd. It runs in a kernel, so it is
     once-differentiable: differentiating it again raises an error that says so (use the reference
-    ``reference_impl.rms_norm`` for second derivatives)."""
+    ``reference_impl.rms_norm`` for second derivatives). ``apply`` checks its arguments as
+    :func:`triton_rms_norm` does."""
 
     @staticmethod
     def forward(ctx, x, weight, eps, residual, convention, block_size, res_fp32=False):
+        eps, residual = _rms_args(x, weight, eps, residual, convention, block_size, "TritonRMSNormFunction")
+        res_fp32 = _check_flag(res_fp32, "res_fp32")
         gemma = convention == "gemma"
         y, h, rstd, _ = _fwd(x, weight, None, residual, eps, True, gemma, block_size, res_fp32)
         ctx.save_for_backward(x if h is None else h, weight, rstd)  # backward needs the normalized h
@@ -331,7 +365,8 @@ class TritonRMSNormFunction(torch.autograd.Function):
         return y if h is None else (y, h)
 
     @staticmethod
-    @once_differentiable  # the kernel records no graph: a second derivative raises instead of coming out wrong
+    @once_differentiable("TritonRMSNormFunction: the Triton kernels record no graph, so it has no second "
+                         "derivative; use reference_impl.rms_norm")
     def backward(ctx, dy, dh_out=None):
         h, weight, rstd = ctx.saved_tensors
         if dy is None:  # only the new residual stream was used
@@ -347,10 +382,13 @@ class TritonRMSNormFunction(torch.autograd.Function):
 
 class TritonLayerNormFunction(torch.autograd.Function):
     """``apply(x, weight, bias, eps, block_size, residual=None, res_fp32=False)`` -> ``y``, or ``(y, h)``
-    with a residual (as :class:`TritonRMSNormFunction`: the backward uses the rounded h)."""
+    with a residual (as :class:`TritonRMSNormFunction`: the backward uses the rounded h, ``apply`` checks its
+    arguments, a second derivative raises)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps, block_size, residual=None, res_fp32=False):
+        eps, residual = _ln_args(x, weight, bias, eps, block_size, residual, "TritonLayerNormFunction")
+        res_fp32 = _check_flag(res_fp32, "res_fp32")
         y, h, rstd, mean = _fwd(x, weight, bias, residual, eps, False, False, block_size, res_fp32)
         ctx.save_for_backward(x if h is None else h, weight, mean, rstd)
         ctx.bias_dtype, ctx.block_size = None if bias is None else bias.dtype, block_size
@@ -358,7 +396,8 @@ class TritonLayerNormFunction(torch.autograd.Function):
         return y if h is None else (y, h)
 
     @staticmethod
-    @once_differentiable  # as TritonRMSNormFunction.backward
+    @once_differentiable("TritonLayerNormFunction: the Triton kernels record no graph, so it has no second "
+                         "derivative; use reference_impl.layer_norm")
     def backward(ctx, dy, dh_out=None):
         x, weight, mean, rstd = ctx.saved_tensors
         if dy is None:  # only the new residual stream was used
@@ -404,15 +443,8 @@ def triton_rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: fl
             ``eps``; unknown convention; ``block_size`` not a power of two >= 16; a CPU tensor without the
             interpreter, or a device other than CPU and CUDA.
     """
-    _check_x(x, "triton_rms_norm")
-    _check_p(weight, x, "weight")
-    eps = check_eps(eps, max_value=_FLOAT32_MAX)
-    _check_convention(convention)
-    if residual is not None:
-        residual = _check_like(residual, x, "residual")
+    eps, residual = _rms_args(x, weight, eps, residual, convention, block_size)
     res_fp32 = _check_contract(residual_contract)
-    _settings(x.shape[-1], block_size)
-    _check_device(x)
     return TritonRMSNormFunction.apply(x, weight, eps, residual, convention, block_size, res_fp32)
 
 
@@ -427,13 +459,6 @@ def triton_layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias:
     ``residual_contract`` (keyword-only) fuse the residual add as in ``fused_layer_norm``: returns
     ``(y, h)``, differentiable in the residual too.
     """
-    _check_x(x, "triton_layer_norm")
-    _check_p(weight, x, "weight")
-    _check_p(bias, x, "bias")
-    eps = check_eps(eps, max_value=_FLOAT32_MAX)
-    if residual is not None:
-        residual = _check_like(residual, x, "residual")
+    eps, residual = _ln_args(x, weight, bias, eps, block_size, residual)
     res_fp32 = _check_contract(residual_contract)
-    _settings(x.shape[-1], block_size)
-    _check_device(x)
     return TritonLayerNormFunction.apply(x, weight, bias, eps, block_size, residual, res_fp32)
