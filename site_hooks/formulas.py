@@ -18,9 +18,9 @@ WRAPPER_CLASS = "formula"
 
 
 def registry_latex() -> dict[str, str]:
-    from reference_impl import symbolic
+    from reference_impl.norms import formula_registry
 
-    return {fid: f.latex for fid, f in symbolic.registry().items()}
+    return {fid: f.latex for fid, f in formula_registry().items()}
 
 
 def anchor(fid: str) -> str:

@@ -2,7 +2,7 @@
 
 Every module in this package that defines ``SPECS`` (a tuple of :class:`~reference_impl.norms.spec.NormSpec`)
 contributes its entries; nothing else lists them. The generic tests (tests/core/test_catalog.py), the
-formula registry (:func:`reference_impl.symbolic.registry` adds each spec's ``build_formulas``), the guard
+formula registry (:func:`formula_registry`: the symbolic core's and each spec's ``build_formulas``), the guard
 ids and the catalog table on the site iterate over :data:`CATALOG`. To add a norm, see the README.
 """
 from __future__ import annotations
@@ -117,5 +117,20 @@ def catalog_formulas():
     return out
 
 
-__all__ = ["CATALOG", "Catalog", "NormSpec", "Impl", "BadInput", "Layer", "model_layers", "layer_sources", "declared_in", "catalog_guards", "catalog_formulas", "dyt", "DyT",
+@lru_cache(maxsize=1)
+def formula_registry() -> dict:
+    """Every formula on the site, {id: Formula}: the symbolic core's (:func:`reference_impl.symbolic.registry`)
+    and the catalog's (:func:`catalog_formulas`). Assembled here, above both, so that the symbolic package
+    never imports the catalog. An id declared twice is an error naming it."""
+    from ..symbolic import formulas as core
+
+    out = dict(core.registry())
+    for f in catalog_formulas():
+        if f.id in out:
+            raise ValueError(f"formula id {f.id!r} is declared twice (the core registry or another catalog spec)")
+        out[f.id] = f
+    return out
+
+
+__all__ = ["CATALOG", "Catalog", "NormSpec", "Impl", "BadInput", "Layer", "model_layers", "layer_sources", "declared_in", "catalog_guards", "catalog_formulas", "formula_registry", "dyt", "DyT",
            "derf", "Derf"]

@@ -29,6 +29,7 @@ import numpy as np
 import sympy as sp
 from sympy import Indexed, IndexedBase, KroneckerDelta, Sum
 from sympy.printing.latex import LatexPrinter
+from sympy.printing.precedence import PRECEDENCE
 
 # ----------------------------------------------------------------------------------------- symbols
 
@@ -95,22 +96,26 @@ def sum_over(body, idx=j, hi=d):
 
 
 class _Printer(LatexPrinter):
-    """SymPy's printer, except that a mean ``Sum(...)/d`` (or ``/k``) prints as ``\\frac{1}{d} \\sum ...``.
+    """SymPy's printer, except that a mean prints with its factor in front: ``Sum(...)/d``,
+    ``Sum(...)/(d + 1)``, ``2 Sum(...)/k`` print as ``\\frac{1}{d} \\sum ...``, ``\\frac{1}{d + 1} \\sum ...``,
+    ``\\frac{2}{k} \\sum ...``.
 
     SymPy sets ``Sum/d`` as a fraction with the sum in its numerator; inside a square root that shrinks the
     sum to script size (7-8 px on a phone). The factor in front keeps it at text size.
     """
 
     def _print_Mul(self, expr):
-        factors = expr.as_ordered_factors()
-        sign = ""
-        if factors[0] == -1:
-            sign, factors = "- ", factors[1:]
-        inverse = [f for f in factors if f.is_Pow and f.exp == -1 and f.base.is_Symbol]
+        coeff, rest = expr.as_coeff_Mul()
+        factors = sp.Mul.make_args(rest)
         sums = [f for f in factors if isinstance(f, Sum)]
-        if len(inverse) == 1 and sums and len(inverse) + len(sums) == len(factors):
-            return rf"{sign}\frac{{1}}{{{self._print(inverse[0].base)}}} {self._print(sp.Mul(*sums))}"
-        return super()._print_Mul(expr)
+        inverse = [f for f in factors if f.is_Pow and f.exp == -1 and not f.base.has(Sum)]
+        if not (coeff.is_Rational and len(inverse) == 1 and sums and len(inverse) + len(sums) == len(factors)):
+            return super()._print_Mul(expr)
+        sign = "- " if coeff < 0 else ""
+        num, den = abs(coeff.p), coeff.q
+        base = inverse[0].base
+        below = self._print(base) if den == 1 else f"{den} {self.parenthesize(base, PRECEDENCE['Mul'])}"
+        return rf"{sign}\frac{{{num}}}{{{below}}} {self._print(sp.Mul(*sums))}"
 
 
 def latex(expr, order: str = "lex") -> str:
@@ -236,6 +241,10 @@ class Formula:
     produced from a definition; ``expr`` is proven equal to it), ``identity`` (``lhs`` and ``display``
     are both SymPy expressions proven equal), or ``claim`` (a formula quoted from a source, judged by a test).
     reduce_rows: the numeric value is summed over the rows of a batch (gain and bias gradients).
+    width: what ``d`` stands for. ``"row"`` (the default): the length of the last axis of the arrays the
+    numeric function is given, which every sum reaching ``d`` must cover exactly. Anything else names
+    another length (``"group width"``): the numeric function then takes ``d`` only from its caller
+    (``d=``) and checks the arrays' last axis against it.
     """
 
     id: str
@@ -249,6 +258,7 @@ class Formula:
     reduce_rows: bool = False
     proof_lhs: object = None
     order: str = "lex"
+    width: str = "row"
     _numeric: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -276,11 +286,11 @@ class Formula:
 
     def numeric(self, side: str = "rhs") -> Callable:
         """NumPy function of keyword arrays ``x, dy`` (shape ``(..., d)``), ``weight, bias`` (``(d,)``),
-        scalars ``eps``, ``k``, ``c``, ``s``. Per-element results have ``x``'s shape, per-row ones drop the
+        scalars ``eps``, ``k``, ``c``, ``s`` (and ``d``, see ``width``). Per-element results have ``x``'s shape, per-row ones drop the
         last axis, ``reduce_rows`` ones are ``(d,)``. Float64 throughout."""
         if side not in self._numeric:
             expr = self.expr if side == "rhs" else self.lhs_expr
-            self._numeric[side] = _make_numeric(expr, self.reduce_rows)
+            self._numeric[side] = _make_numeric(expr, self.reduce_rows, self.width, self.id)
         return self._numeric[side]
 
 
@@ -359,8 +369,47 @@ def _sigmoid(a):
 _SCALARS = {eps: "eps", k: "k", c: "c", s: "s", d: "d", alpha: "alpha"}
 
 
-def _make_numeric(expr, reduce_rows: bool):
+def _sum_limits(expr) -> list[tuple[str, sp.Expr]]:
+    """(printed sum, its number of terms) for every sum of a zero-based expression."""
+    return [(str(sm), sm.limits[0][2] - sm.limits[0][1] + 1)
+            for sm in sorted(expr.atoms(Sum), key=sp.default_sort_key)]
+
+
+def _bind_d(kw: dict, dd: int, width: str, fid: str) -> int:
+    """The value of ``d``: the row length, or the caller's ``d=`` for a formula whose d is another width."""
+    given = kw.get("d")
+    if width == "row":
+        if given is not None and given != dd:
+            raise ValueError(f"formula {fid}: d is the row length here (the arrays' last axis, {dd}), "
+                             f"but d={given} was given; a formula whose d is another length declares it "
+                             f"with Formula(width=...)")
+        return dd
+    if given is None:
+        raise TypeError(f"formula {fid}: d is the {width}, not the row length: pass d= explicitly")
+    if given != dd:
+        raise ValueError(f"formula {fid}: d is the {width} (d={given}) but the arrays' last axis has "
+                         f"{dd}: reshape them so that the last axis holds one {width}")
+    return dd
+
+
+def _check_sums(limits, values: dict, dd: int, fid: str) -> None:
+    """Every sum reaching ``d`` covers the whole last axis; a sum to another bound (pRMSNorm's ``k``)
+    stays inside it. A sum written for another width (``d - 1`` terms of a row of d) is an error here,
+    not a silently shorter sum."""
+    for text, terms in limits:
+        n = terms.subs(values)
+        if not n.is_Integer:
+            raise ValueError(f"formula {fid}: the sum {text} has {terms} terms, not a whole number at {values}")
+        if (d in terms.free_symbols and int(n) != dd) or not 0 <= int(n) <= dd:
+            raise ValueError(f"formula {fid}: the sum {text} has {terms} = {int(n)} terms but the arrays' last "
+                             f"axis has {dd}, and d is bound to that length: write the formula with d the length "
+                             f"of the arrays it reads (a row [x, -sum x] built from x of length d sums x to d "
+                             f"and divides by d + 1), or declare what d is with Formula(width=...)")
+
+
+def _make_numeric(expr, reduce_rows: bool, width: str = "row", fid: str = "formula"):
     expr = _zero_based(expr)
+    limits = _sum_limits(expr)
     bases = sorted((b for b in expr.atoms(IndexedBase)), key=lambda b: str(b))
     unknown = [b for b in bases if b not in NUMERIC_ARGS]
     if unknown:
@@ -382,16 +431,20 @@ def _make_numeric(expr, reduce_rows: bool):
         if missing:
             raise TypeError(f"missing argument(s) {missing}; this formula takes {names}")
         xr = np.asarray(kw["x"] if "x" in kw else kw["dy"], dtype=np.float64)
-        dd = xr.shape[-1]
+        dd = _bind_d(kw, xr.shape[-1], width, fid)
         lead = xr.shape[:-1]
+        _check_sums(limits, {d: dd, **{sym: kw[key] for sym, key in _SCALARS.items() if key in kw and sym != d}},
+                    dd, fid)
         vals = []
         for n in names:
             if n in ROW_ARRAYS:
                 vals.append(np.asarray(kw[n], dtype=np.float64).reshape(-1, dd).T)       # (d, N)
             elif n in FEATURE_ARRAYS:
                 default = np.ones(dd) if n == "weight" else np.zeros(dd)
-                v = kw.get(n)
-                vals.append((default if v is None else np.asarray(v, dtype=np.float64)).reshape(dd, 1))
+                v = default if kw.get(n) is None else np.asarray(kw[n], dtype=np.float64)
+                if v.shape != (dd,):
+                    raise ValueError(f"formula {fid}: {n} has shape {v.shape}, the row length is {dd}")
+                vals.append(v.reshape(dd, 1))
             elif n == "d":
                 vals.append(dd)
             else:
@@ -406,4 +459,5 @@ def _make_numeric(expr, reduce_rows: bool):
         return out.T.reshape(*lead, dd)
 
     numeric.arg_names = tuple(names)
+    numeric.binds = {"d": "the arrays' last axis" if width == "row" else f"d= (the {width})"}
     return numeric

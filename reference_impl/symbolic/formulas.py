@@ -1,7 +1,9 @@
-"""The registry: every formula on the site, as a SymPy expression with a stable id (:func:`registry`).
+"""The core registry: the formulas of the shared definitions, each a SymPy expression with a stable id.
 
-Built from the definitions of :mod:`reference_impl.symbolic.algebra`; each catalog norm adds its own
-(``reference_impl.norms``: a spec's ``build_formulas``).
+Built from the definitions of :mod:`reference_impl.symbolic.algebra` (:func:`registry`, :func:`get`).
+The catalog norms' own formulas (a spec's ``build_formulas``) are not here: this package imports nothing
+above it. The site's whole registry, these and the catalog's together, is
+:func:`reference_impl.norms.formula_registry`, assembled in the catalog, which imports this package.
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ def _jacobian_closed(kind: str):
 
 @lru_cache(maxsize=1)
 def registry() -> dict[str, Formula]:
-    """Builds (once) and returns {id: Formula}. Every derived entry is checked by :meth:`Formula.holds`
+    """Builds (once) and returns {id: Formula} for the shared definitions (the catalog's formulas are added
+    by :func:`reference_impl.norms.formula_registry`). Every derived entry is checked by :meth:`Formula.holds`
     in the tests, not here, so importing stays fast."""
     F: list[Formula] = []
     y_i = IndexedBase("y")[i]
@@ -212,10 +215,6 @@ def registry() -> dict[str, Formula]:
                                      * sum_over(gamma[j] * xhat[j] * dy[j])), RMS_DEFS, "claim",
                      note="y_i read as the layer output gamma_i * xhat_i; see tests/core/test_symbolic.py"))
 
-    # each catalog norm's own formulas (reference_impl/norms/*: a spec's build_formulas)
-    from ..norms import catalog_formulas
-
-    F.extend(catalog_formulas())
     ids = [f.id for f in F]
     dup = sorted({fid for fid in ids if ids.count(fid) > 1})
     if dup:
@@ -226,7 +225,8 @@ def registry() -> dict[str, Formula]:
 def get(formula_id: str) -> Formula:
     reg = registry()
     if formula_id not in reg:
-        raise KeyError(f"no formula {formula_id!r} in the registry; known: {sorted(reg)}")
+        raise KeyError(f"no formula {formula_id!r} in the core registry (a catalog norm's formulas are in "
+                       f"reference_impl.norms.formula_registry()); known: {sorted(reg)}")
     return reg[formula_id]
 
 

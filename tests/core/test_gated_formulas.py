@@ -10,10 +10,11 @@ import pytest
 import sympy as sp
 
 from reference_impl import symbolic as S
+from reference_impl.norms import formula_registry
 from reference_impl.norms import gated_formulas as GF
 from reference_impl.symbolic.algebra import _sigmoid, sigmoid, uhat, z
 
-REG = S.registry()
+REG = formula_registry()
 PREFIXES = ("gate_after_silu", "gate_after_sigmoid", "gate_before_silu")
 WRT = {"vjp_x": S.x, "vjp_gate": z, "vjp_weight": S.gamma}
 ALL_IDS = GF.after_ids("silu") + GF.after_ids("sigmoid") + GF.before_ids()

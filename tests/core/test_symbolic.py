@@ -20,8 +20,9 @@ import reference_impl as ri
 from reference_impl import oracle
 from reference_impl import symbolic as S
 from reference_impl import tolerances as tol
+from reference_impl.norms import formula_registry
 
-REG = S.registry()
+REG = formula_registry()            # the core's formulas and the catalog's
 F64 = torch.float64
 U64 = tol.unit_roundoff(F64)
 
@@ -49,8 +50,15 @@ def test_registry_ids_are_stable_and_complete():
     assert required <= set(REG)
     for fid, f in REG.items():
         assert f.id == fid and f.kind in ("definition", "derived", "identity", "claim", "count")
-        assert " = " in f.latex and f.latex == S.get(fid).latex
-    with pytest.raises(KeyError, match="no formula"):
+        assert " = " in f.latex
+    # the whole registry is the symbolic core's and the catalog's, assembled by the catalog
+    from reference_impl.norms import catalog_formulas
+
+    core, catalog_ids = S.registry(), [f.id for f in catalog_formulas()]
+    assert catalog_ids and not set(catalog_ids) & set(core)
+    assert sorted(REG) == sorted([*core, *catalog_ids])
+    assert all(REG[fid].latex == S.get(fid).latex for fid in core)
+    with pytest.raises(KeyError, match="no formula 'rms.nonexistent' in the core registry .*formula_registry"):
         S.get("rms.nonexistent")
 
 
@@ -555,3 +563,56 @@ MEAN_AS_FRACTION = __import__("re").compile(r"\\frac\{-? ?\\sum")
 def test_each_formula_prints_its_means_with_the_factor_in_front(owner, fid):
     latex = REG[fid].latex
     assert not MEAN_AS_FRACTION.search(latex), f"{fid} ({owner}) prints a mean as a fraction over a sum: {latex}"
+
+
+@pytest.mark.parametrize("expr,printed", [
+    (lambda: S.sum_over(S.x[S.j], S.j, S.d + 1) / (S.d + 1), r"\frac{1}{d + 1} \sum_{j=1}^{d + 1} {x}_{j}"),
+    (lambda: -S.sum_over(S.x[S.j] ** 2) / (S.d + 1), r"- \frac{1}{d + 1} \sum_{j=1}^{d} {x}_{j}^{2}"),
+    (lambda: 2 * S.sum_over(S.x[S.j]) / S.k, r"\frac{2}{k} \sum_{j=1}^{d} {x}_{j}"),
+    (lambda: S.sp.Rational(1, 2) * S.sum_over(S.x[S.j]) / (S.d + 1),
+     r"\frac{1}{2 \left(d + 1\right)} \sum_{j=1}^{d} {x}_{j}"),
+], ids=["over_d_plus_1", "negated", "coefficient", "rational"])
+def test_means_over_any_count_print_with_the_factor_in_front(expr, printed):
+    """The house form holds for a mean over d + 1 entries (a row [x, -sum x]) and with a coefficient, not
+    only for a sum over a bare symbol; the house rule's pattern would catch the old fraction."""
+    out = S.latex(expr())
+    assert out == printed and not MEAN_AS_FRACTION.search(out)
+
+
+def _augmented_ms(hi, over):
+    """The mean square of the row [x, -sum x]: sum of x_j^2 and (sum x_j)^2, both to ``hi``, divided by ``over``."""
+    x, j = S.x, S.j
+    return S.Formula("test.augmented_ms", "mean square of [x, -sum x]", "q",
+                     (S.sum_over(x[j] ** 2, j, hi) + S.sum_over(x[j], j, hi) ** 2) / over, {}, "definition")
+
+
+def test_d_is_the_row_length_and_a_formula_written_for_another_width_is_refused():
+    """Written with d the length of x (sums to d, mean over d + 1), the formula evaluates right; written with
+    d the width of the augmented row (sums to d - 1), it is refused by name instead of silently summing one
+    element short, and a d= that contradicts the row length is refused."""
+    xs = np.array([[1.0, 2.0, 3.0], [-0.5, 0.25, 4.0]])
+    aug = np.concatenate([xs, -xs.sum(-1, keepdims=True)], axis=-1)
+    right = _augmented_ms(S.d, S.d + 1).numeric()
+    np.testing.assert_allclose(right(x=xs), np.mean(aug ** 2, -1), rtol=1e-15)
+    assert right.binds == {"d": "the arrays' last axis"}
+    planted = _augmented_ms(S.d - 1, S.d).numeric()
+    with pytest.raises(ValueError, match=r"test.augmented_ms: the sum .* has d - 1 = 2 terms but the arrays' "
+                                         r"last axis has 3, and d is bound to that length"):
+        planted(x=xs)
+    with pytest.raises(ValueError, match=r"d is the row length here \(the arrays' last axis, 3\), but d=4"):
+        right(x=xs, d=4)
+    with pytest.raises(ValueError, match=r"weight has shape \(2,\), the row length is 3"):
+        REG["rms.forward"].numeric()(x=xs, weight=np.ones(2), eps=1e-6)
+
+
+def test_a_formula_whose_d_is_a_group_width_takes_d_from_its_caller():
+    """A grouped norm's statistic over its group of d: the numeric function will not bind d to the row (a
+    whole row of groups would silently give the row's mean square); it asks for d= and checks the groups."""
+    f = S.Formula("test.group_ms", "mean square of a group", "ms", S.MS, {}, "definition", width="group width")
+    xs = np.arange(1.0, 13.0).reshape(3, 4)                          # 3 groups of 4
+    with pytest.raises(TypeError, match="d is the group width, not the row length: pass d="):
+        f.numeric()(x=xs.reshape(12))
+    with pytest.raises(ValueError, match=r"d is the group width \(d=4\) but the arrays' last axis has 12"):
+        f.numeric()(x=xs.reshape(12), d=4)
+    np.testing.assert_allclose(f.numeric()(x=xs, d=4), np.mean(xs ** 2, -1), rtol=1e-15)
+    assert f.numeric().binds == {"d": "d= (the group width)"}
