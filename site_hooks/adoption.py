@@ -4,7 +4,8 @@
 Rows of RMSNorm families (and GPT-NeoX, Cohere) take the norm class and casting convention from
 ``docs/data/numerics.json`` (read from the installed transformers by the numerics study); every row takes
 its checkpoints and their eps from ``reference_impl/checkpoints.yaml``, each linked to the checkpoint's
-``config.json`` on the Hugging Face Hub. The LayerNorm families of that file are checked against the
+``config.json`` on the Hugging Face Hub, with what another source says where ``docs/data/checkpoints.json``
+finds that it disagrees. The LayerNorm families of that file are checked against the
 installed source by ``tests/core/test_checkpoints.py``.
 """
 from __future__ import annotations
@@ -35,12 +36,27 @@ def config_url(repo: str) -> str:
     return f"https://huggingface.co/{repo}/blob/main/config.json"
 
 
+def _disagreement(repo: str, key: str | None) -> str:
+    """' (litgpt: 1e-05, which disagrees)' when another source gives this checkpoint's eps differently
+    (docs/data/checkpoints.json compares them), else ''."""
+    if not key:
+        return ""
+    rows = {c["repo"]: c for c in data.load("checkpoints.json")["checkpoints"]}
+    value = rows.get(repo, {}).get("values", {}).get(key.split(".")[-1])
+    if not value or value["agree"]:
+        return ""
+    others = [r for r in value["readings"] if r["source"] != "hub"]
+    return " (" + "; ".join(f"{r['source']}: {format(r['value'], 'g')}" for r in others) + ", which disagrees)"
+
+
 def _checkpoints_cell(checkpoints: list[dict]) -> str:
-    """'1e-05 Llama 2 7B' per checkpoint, the release linked to its config.json (repo and key in the tooltip)."""
+    """'1e-05 Llama 2 7B' per checkpoint, the release linked to its config.json (repo and key in the tooltip),
+    and what another source says where it disagrees."""
     parts = []
     for c in checkpoints:
         where = f"{c['repo']}, config.json, " + (f"key {c['key']}" if c.get("key") else "no eps key")
-        parts.append(f"**{format(c['eps'], 'g')}** [{c['release']}]({config_url(c['repo'])} \"{where}\")")
+        parts.append(f"**{format(c['eps'], 'g')}** [{c['release']}]({config_url(c['repo'])} \"{where}\")"
+                     + _disagreement(c["repo"], c.get("key")))
     return "<br>".join(parts)
 
 

@@ -26,7 +26,8 @@ from .macros import MacroError, macro
 FILE = "census.json"
 CONFORMANCE = "conformance.json"
 PAGE_DEPTH = "../"  # docs/models.md is served at models/, so other pages are one folder up
-ROLES = ("input", "sublayer_output", "residual_sum", "q_per_head", "k_per_head", "q_whole", "k_whole", "latent",
+ROLES = ("input", "sublayer_output", "residual_sum", "q_per_head", "k_per_head", "q_whole", "k_whole", "v_per_head",
+         "v_whole", "latent",
          "inner_output", "final", "embedding", "other")
 PLACEMENT_WORDS = {"pre": "a norm on each sub-layer's input (Pre-LN)",
                    "post": "a norm on the residual stream after each addition (Post-LN)",
@@ -174,6 +175,7 @@ def page_record() -> dict:
     classes = {c["name"]: c for c in doc["classes"]}
     names = display_names()
     used_classes, used_entries = set(), set()
+    ckpts = data.load("checkpoints.json")["checkpoints"]
     models = []
     for m in sorted(doc["models"], key=lambda m: m["model_type"]):
         used_classes.update(m["norm_classes"])
@@ -187,6 +189,11 @@ def page_record() -> dict:
             "eps_attr": m["eps_attr"], "src": source_url(version, m["source"]) if m["source"] else None,
             "layer": [[e["module"], e["class"], e["role"], e["sublayer"], e.get("note")] for e in m["layer"]],
             "par": bool(m.get("parallel")),
+            "vars": [{"f": v["flag"], "v": v["value"], "d": v["default"], "req": v["requires"], "ch": v["changes"],
+                      "pl": v["placement"], "qk": v["qk_norm"], "rope": v["qk_rope"], "par": bool(v["parallel"]),
+                      "clip": v["clip"], "set": [c["repo"] for c in ckpts if c["model_type"] == m["model_type"]
+                                                 and v["flag"] in c["variants_set"]]}
+                     for v in m.get("variants", [])],
         })
     cls_out = {}
     for name in sorted(used_classes):
@@ -207,8 +214,14 @@ def page_record() -> dict:
         convs = [c for c in spec.conventions if c in repro]
         cat_out[entry] = {"title": spec.title, "href": catalog_href(entry), "code": code,
                           "same": sorted({label for c in convs for label in repro[c]})}
+    checkpoints = [{"r": c["repo"], "al": c["aliases"], "t": c["model_type"], "rel": c["release"], "eps": c["eps"],
+                    "set": c["variants_set"], "st": c["structure"],
+                    "vals": {f: {"v": v["value"], "ok": v["agree"],
+                                 "reads": [[r["source"], r["where"], r["value"]] for r in v["readings"]]}
+                             for f, v in c["values"].items()}}
+                   for c in ckpts]
     return {"transformers": version, "placement": PLACEMENT_WORDS, "qk": QK_WORDS,
-            "models": models, "classes": cls_out, "catalog": cat_out}
+            "models": models, "classes": cls_out, "catalog": cat_out, "checkpoints": checkpoints}
 
 
 def _embed(record: dict) -> str:
@@ -225,7 +238,7 @@ def model_finder_macro(ctx) -> str:
         '<div class="mf-pickers">\n'
         '<div class="mf-picker" data-slot="a"><label for="mf-q-a">Model</label>'
         '<input id="mf-q-a" class="mf-input" type="search" autocomplete="off" spellcheck="false" '
-        'placeholder="e.g. qwen3, Gemma 3, LlamaForCausalLM"><ul class="mf-results" role="listbox"></ul></div>\n'
+        'placeholder="e.g. qwen3, Gemma 3, meta-llama/Llama-3.1-8B"><ul class="mf-results" role="listbox"></ul></div>\n'
         '<div class="mf-picker" data-slot="b"><label for="mf-q-b">Compare with</label>'
         '<input id="mf-q-b" class="mf-input" type="search" autocomplete="off" spellcheck="false" '
         'placeholder="a second model (optional)"><ul class="mf-results" role="listbox"></ul></div>\n'

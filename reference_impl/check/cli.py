@@ -51,7 +51,10 @@ def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m reference_impl.check",
                                  description="Check a norm function or module against a model's norm, bit for bit "
                                              "and against the float64 oracle.")
-    ap.add_argument("impl", help="the function to check, as module:function or file.py:function")
+    ap.add_argument("impl", nargs="?", help="the function to check, as module:function or file.py:function")
+    ap.add_argument("--describe", metavar="NAME", help="print what the census knows about a model type, family, norm "
+                                                       "class or released checkpoint (org/name), then exit")
+    ap.add_argument("--list", action="store_true", help="list every model type and released checkpoint, then exit")
     ap.add_argument("--model", help="a transformers model type (gemma3_text, qwen3, ...) or family name")
     ap.add_argument("--convention", help="a catalog entry (rms_norm.gemma) or casting order, instead of or over --model")
     ap.add_argument("--eps", type=float, help="eps to use instead of the model's")
@@ -70,7 +73,18 @@ def parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     from .kit import check_norm, diagnose
 
-    args = parser().parse_args(argv)
+    ap = parser()
+    args = ap.parse_args(argv)
+    if args.describe is not None or args.list:
+        from . import describe
+
+        try:
+            return describe.main(args)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    if args.impl is None:
+        ap.error("the function to check (module:function) is required unless --describe or --list is given")
     try:
         fn = load_callable(args.impl)
         dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]

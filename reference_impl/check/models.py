@@ -180,9 +180,40 @@ def _from_families(name: str) -> Target | None:
     return None
 
 
+def _checkpoint_id(name: str, index: dict | None) -> str | None:
+    """The recorded repository id ``name`` stands for (its repo id or an alias, any case), or None."""
+    low = name.lower()
+    for repo, c in ((index or {}).get("checkpoints") or {}).items():
+        if low == repo.lower() or low in (a.lower() for a in c.get("aliases") or []):
+            return repo
+    return None
+
+
+def _from_checkpoint(repo: str, index: dict) -> Target:
+    """A released checkpoint: its model type's norm under the variant its config sets, with its eps. The
+    source names where each value was read (docs/data/checkpoints.json, from reference_impl/checkpoints.yaml)."""
+    c = index["checkpoints"][repo]
+    row = index["models"].get(c["model_type"])
+    if row is None:
+        raise ValueError(f"checkpoint {repo!r} is a {c['model_type']!r} model, which the census does not trace")
+    chosen = [v for v in row.get("variants") or [] if v["flag"] in c.get("variants_set", []) and not v.get("requires")]
+    for v in chosen:   # a variant that swaps the main norm class (Falcon-H1's mamba_rms_norm) brings its own
+        row = {**row, **{k: v[k] for k in ("norm_class", "module", "catalog", "gain", "gain_dtype", "qk_norm")
+                         if v.get(k) is not None}}
+    target = _from_index(repo, row, index.get("transformers", "?"))
+    read = "; ".join(f"{field} = {v['value']} read from " + ", ".join(f"{r['source']} ({r['where']})"
+                                                                      for r in v["readings"])
+                     for field, v in c["values"].items()) or "no value recorded, the default config's"
+    sets = ", ".join(f"{v['flag']}={v['value']}" for v in chosen) or "no structure field away from its default"
+    eps = c.get("eps") if c.get("eps") is not None else target.eps
+    return Target(**{**target.__dict__, "eps": float(eps), "source": (
+        f"checkpoint {repo} (model type {c['model_type']}): {read}; it sets {sets}; the norm from {target.source}")})
+
+
 def resolve(model: str | None = None, convention: str | None = None, eps: float | None = None) -> Target:
-    """The target for ``model`` (a transformers model type such as ``"gemma3_text"``, or a family name
-    such as ``"Gemma 3"``) and/or ``convention``; ``eps`` overrides the model's eps."""
+    """The target for ``model`` (a transformers model type such as ``"gemma3_text"``, a family name such
+    as ``"Gemma 3"``, or a released checkpoint's repository id such as ``"meta-llama/Llama-3.1-8B"``: its eps
+    and the variant its config sets) and/or ``convention``; ``eps`` overrides the model's eps."""
     if model is None and convention is None:
         raise TypeError("check_norm needs model= (a transformers model type or family name) or convention= "
                         "(a catalog entry such as 'rms_norm.gemma')")
@@ -191,7 +222,10 @@ def resolve(model: str | None = None, convention: str | None = None, eps: float 
         if not isinstance(model, str) or not model:
             raise TypeError(f"model must be a model type string such as 'gemma3_text', got {model!r}")
         index = load_index()
-        if index is not None and model in index["models"]:
+        repo = _checkpoint_id(model, index)
+        if repo is not None:
+            target = _from_checkpoint(repo, index)
+        elif index is not None and model in index["models"]:
             target = _from_index(model, index["models"][model], index.get("transformers", "?"))
         else:
             target = _from_families(model)

@@ -1,9 +1,12 @@
-"""The adoption table's checkpoint list (reference_impl/checkpoints.yaml) is well formed, names every family of
+"""The checkpoint list (reference_impl/checkpoints.yaml) is well formed, names every family of
 reference_impl/families.py, and its LayerNorm families really build torch.nn.LayerNorm in the installed
-transformers, with the eps of the config attribute the list names."""
+transformers, with the eps of the config attribute the list names. Its released checkpoints cite where each
+value was read, docs/data/checkpoints.json is the list resolved under the census, two sources are compared,
+and a value that contradicts its model type's variants is refused."""
 from __future__ import annotations
 
 import importlib
+import json
 import re
 from pathlib import Path
 
@@ -12,6 +15,8 @@ import torch
 import yaml
 
 from reference_impl.families import FAMILIES
+from reference_impl.studies import schemas
+from reference_impl.studies.census import checkpoints as ck
 
 REPO = Path(__file__).resolve().parents[2]
 LIST = yaml.safe_load((REPO / "reference_impl" / "checkpoints.yaml").read_text())
@@ -72,3 +77,67 @@ def test_layernorm_family_builds_torch_layernorm_with_the_config_eps(fam):
     assert all(type(m) is torch.nn.LayerNorm for m in norms), {type(m).__name__ for m in norms}
     want = marker if fam["eps_attribute"] else 1e-5  # OPT: nn.LayerNorm's own default
     assert {m.eps for m in norms} == {want}
+
+
+# ---------------------------------------------------------------- the released checkpoints, resolved
+DATA = REPO / "docs" / "data" / "checkpoints.json"
+CENSUS = REPO / "docs" / "data" / "census.json"
+
+
+def test_every_checkpoint_value_names_where_it_was_read():
+    sources = LIST["sources"]
+    rows = LIST["checkpoints"]
+    assert len({r["repo"] for r in rows}) == len(rows), "a repository listed twice"
+    for r in rows:
+        assert REPO_ID.match(r["repo"]) and r["model_type"], r
+        for field, (value, where) in r["values"].items():
+            source, _, detail = where.partition(": ")
+            assert source in sources and len(detail) > 8, (r["repo"], field, where)
+            assert isinstance(value, (bool, float)) or value is None, (r["repo"], field, value)
+            if source == "litgpt":
+                assert re.search(r"line \d+", detail), (r["repo"], field, "a LitGPT value names its line")
+
+
+def test_the_data_file_is_the_table_resolved_under_the_census():
+    data = schemas.check_file(DATA)
+    census = json.loads(CENSUS.read_text())
+    fresh = ck.build(census)
+    assert {k: v for k, v in data.items() if k != "provenance"} == json.loads(json.dumps(fresh))
+    c = data["counts"]
+    assert c["checkpoints"] >= 60 and c["model_types"] >= 25, c
+
+
+def test_two_sources_are_compared_and_a_disagreement_is_shown():
+    rows = {r["repo"]: r for r in json.loads(DATA.read_text())["checkpoints"]}
+    gemma = rows["google/gemma-7b"]["values"]["rms_norm_eps"]
+    assert {(x["source"], x["value"]) for x in gemma["readings"]} == {("hub", 1e-6), ("litgpt", 1e-5)}
+    assert gemma["agree"] is False and gemma["value"] == 1e-6   # the Hub's config.json is listed first
+    qwen = rows["Qwen/Qwen3-8B"]["values"]["rms_norm_eps"]
+    assert len(qwen["readings"]) == 2 and qwen["agree"] is True
+
+
+def test_a_checkpoint_setting_a_variant_gets_that_variants_structure():
+    data = json.loads(DATA.read_text())
+    rows = {r["repo"]: r for r in data["checkpoints"]}
+    opt = rows["facebook/opt-350m"]
+    assert opt["variants_set"] == ["do_layer_norm_before"] and opt["structure"]["placement"] != "pre"
+    assert rows["facebook/opt-6.7b"]["structure"]["placement"] == "pre"
+    assert rows["tiiuae/falcon-40b"]["variants_set"] == ["new_decoder_architecture"]
+    census = {m["model_type"]: m for m in json.loads(CENSUS.read_text())["models"]}
+    flags = {(m, v["flag"]) for m, r in census.items() for v in r["variants"]}
+    assert {(c["model_type"], c["flag"]) for c in data["variant_coverage"]} == flags
+
+
+def test_a_value_that_contradicts_the_model_types_variants_is_refused(tmp_path):
+    census = json.loads(CENSUS.read_text())
+    bad = {"sources": {"hub": "x" * 12}, "checkpoints": [
+        {"repo": "org/model", "model_type": "llama", "values": {"use_parallel_residual": [True, "hub: config.json"]}}]}
+    with pytest.raises(ck.CheckpointError, match=r"org/model: field 'use_parallel_residual' is neither"):
+        ck.build(census, bad)
+    data = json.loads(DATA.read_text())
+    row = next(r for r in data["checkpoints"] if r["repo"] == "facebook/opt-350m")
+    row["structure"]["placement"] = "pre"   # what the census says its do_layer_norm_before=False is not
+    path = tmp_path / "checkpoints.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(schemas.DataFileError, match=r"(?s)checkpoints\.json.*facebook/opt-350m"):
+        schemas.check_file(path)

@@ -40,3 +40,19 @@ def test_built_history_page_shows_every_checkpoint_eps(site_dir):
         eps = re.escape(format(c["eps"], "g"))
         pattern = rf"<strong>{eps}</strong>\s*<a href=\"{url}\"[^>]*>{re.escape(html.escape(c['release']))}</a>"
         assert re.search(pattern, page), f"{family}: {c['release']} ({c['repo']}, eps {c['eps']}) is not shown"
+
+
+def test_a_checkpoint_whose_sources_disagree_says_so():
+    """Where docs/data/checkpoints.json finds that another source gives a checkpoint's eps differently, the cell
+    shows that source's value next to the one in the table."""
+    import json
+
+    rows = json.loads((adoption.REPO / "docs" / "data" / "checkpoints.json").read_text())["checkpoints"]
+    split = [c for c in rows if c["family"] and any(not v["agree"] for v in c["values"].values())]
+    assert split, "no family checkpoint has two disagreeing sources: nothing to show"
+    adoption.clear_caches()
+    table = adoption.adoption_table_macro(PageContext("history.md"))
+    for c in split:
+        row = next(r for r in table.splitlines() if c["repo"] in r)
+        others = [r for v in c["values"].values() for r in v["readings"] if r["source"] != "hub"]
+        assert "which disagrees" in row and all(format(r["value"], "g") in row for r in others), row

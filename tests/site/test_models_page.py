@@ -250,3 +250,52 @@ def test_search_index_holds_every_model_type(built, census):
     text = " ".join(d["text"] + " " + d["title"] for d in index["docs"] if d["location"].startswith("models/"))
     missing = [m["model_type"] for m in census["models"] if m["model_type"] not in text or m["model_class"] not in text]
     assert not missing, f"not in the models page's search text: {missing[:20]}"
+
+
+CHECKPOINTS = REPO / "docs" / "data" / "checkpoints.json"
+
+
+def _checkpoint(repo: str) -> dict:
+    rows = [c for c in json.loads(CHECKPOINTS.read_text())["checkpoints"] if c["repo"] == repo]
+    assert rows, f"docs/data/checkpoints.json has no checkpoint {repo!r}"
+    return rows[0]
+
+
+@pytest.mark.parametrize("query", ["meta-llama/Llama-3.1-8B", "Meta-Llama-3.1-8B", "llama-3.1-8b"])
+def test_finder_finds_a_checkpoint_by_repo_id_or_part_of_its_name(open_models, census, query):
+    repo = "meta-llama/Meta-Llama-3.1-8B"
+    c = _checkpoint(repo)
+    page = open_models()
+    found = _type(page, "a", query)
+    assert found[0] == repo, f"{query!r}: the first result is {found[0]!r} (all: {found})"
+    page.click(f'.mf-picker[data-slot="a"] .mf-result[data-model="{repo}"]')
+    page.wait_for_selector(f'.mf-card[data-slot="a"][data-model="{repo}"] .mf-checkpoint')
+    row = page.eval_on_selector(f'.mf-card[data-slot="a"] .mf-checkpoint tbody tr',
+                                "tr => Array.from(tr.children).map(td => td.textContent)")
+    default = _model(census, c["model_type"])["eps"]
+    assert row[0] == "rms_norm_eps" and float(row[1]) == c["eps"] and float(row[2]) == default, row
+    assert c["eps"] != default and "litgpt" in row[3]
+    assert float(_facts(page, "a")["eps"].split()[0]) == c["eps"]
+    assert not page.errors, page.errors
+
+
+def test_a_checkpoint_card_shows_a_disagreement_between_its_sources(open_models):
+    c = _checkpoint("google/gemma-7b")
+    assert not c["values"]["rms_norm_eps"]["agree"]
+    page = open_models("#model=" + "google%2Fgemma-7b")
+    page.wait_for_selector('.mf-card[data-slot="a"] .mf-checkpoint tr.mf-disagree')
+    text = page.inner_text('.mf-card[data-slot="a"] .mf-checkpoint tr.mf-disagree')
+    assert "sources disagree" in text and all(r["source"] in text for r in c["values"]["rms_norm_eps"]["readings"])
+
+
+def test_a_default_card_names_the_fields_that_change_it_and_who_sets_them(open_models, census):
+    m = _model(census, "opt")
+    flags = [v["flag"] for v in m["variants"]]
+    assert "do_layer_norm_before" in flags
+    page = open_models("#model=opt")
+    box = page.inner_text('.mf-card[data-slot="a"] .mf-default')
+    assert "default config" in box and all(f in box for f in flags), box
+    setter = _checkpoint("facebook/opt-350m")
+    assert setter["variants_set"] == ["do_layer_norm_before"] and setter["repo"] in box
+    page = open_models("#model=llama")
+    assert "changes no norm structure" in page.inner_text('.mf-card[data-slot="a"] .mf-default')

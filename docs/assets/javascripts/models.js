@@ -10,11 +10,11 @@
     input: "on the sub-layer's input", sublayer_output: "on the sub-layer's output, before the addition",
     residual_sum: "on the residual stream, after the addition", q_per_head: "queries, per head",
     k_per_head: "keys, per head", q_whole: "queries, whole projection", k_whole: "keys, whole projection",
-    latent: "a compressed latent", inner_output: "inside the sub-layer, on what its output projection reads",
+    v_per_head: "values, per head", v_whole: "values, whole projection", latent: "a compressed latent", inner_output: "inside the sub-layer, on what its output projection reads",
     final: "the final hidden state", embedding: "the embeddings", other: "other"
   };
   var ROLE_SHORT = { q_per_head: "q, per head", k_per_head: "k, per head", q_whole: "q, whole projection",
-                     k_whole: "k, whole projection", latent: "latent",
+                     k_whole: "k, whole projection", v_per_head: "v, per head", v_whole: "v, whole projection", latent: "latent",
                      inner_output: "before the output projection", other: "other" };
 
   function key(s) { return String(s || "").toLowerCase().replace(/[^a-z0-9]/g, ""); }
@@ -51,10 +51,27 @@
   function Finder(data) {
     this.data = data;
     this.byType = {};
+    this.items = data.models.slice();
     data.models.forEach(function (m) {
       this.byType[m.t] = m;
       m.exact = [key(m.t), key(m.name)].filter(Boolean);
       m.words = [key(m.cls), key(m.cfg)].concat(m.norms.map(key)).filter(Boolean);
+    }, this);
+    // a released checkpoint is its model type's card with the values its config sets
+    (data.checkpoints || []).forEach(function (c) {
+      var base = this.byType[c.t];
+      if (!base) return;
+      var st = c.st || {};
+      var m = Object.assign({}, base, {
+        t: c.r, name: c.rel || "", ck: c, base: base, eps: c.eps !== null ? c.eps : base.eps,
+        pl: st.placement || base.pl, qk: st.qk_norm || base.qk, rope: st.qk_rope !== undefined ? st.qk_rope : base.rope,
+        par: st.parallel !== undefined ? !!st.parallel : base.par, final: st.final_norm !== undefined ? !!st.final_norm : base.final
+      });
+      if (st.norms) m.layer = st.norms.map(function (n) { return [n.module, n["class"], n.role, n.sublayer, null]; });
+      m.exact = [key(c.r), key(c.r.split("/")[1])].concat(c.al.map(key), c.al.map(function (a) { return key(a.split("/")[1]); }));
+      m.words = [key(c.rel)].filter(Boolean);
+      this.byType[c.r] = m;
+      this.items.push(m);
     }, this);
   }
 
@@ -73,7 +90,7 @@
     var q = key(text);
     if (!q) return [];
     var self = this;
-    return this.data.models
+    return this.items
       .map(function (m) { return { m: m, s: self.score(m, q) }; })
       .filter(function (r) { return r.s >= 0; })
       .sort(function (a, b) { return a.s - b.s || a.m.t.length - b.m.t.length || (a.m.t < b.m.t ? -1 : 1); })
@@ -254,6 +271,7 @@
     if (m.status !== "traced") {
       card.appendChild(el("p", { className: "mf-error" }, ["The census could not build or trace this model: ", code(m.error || "error")]));
     }
+    card.appendChild(m.ck ? checkpointBox(m, data) : variantsBox(m));
     var dl = el("dl", { className: "mf-facts" });
     facts(m, data).forEach(function (r) {
       dl.appendChild(el("dt", { text: r[0] }));
@@ -273,6 +291,49 @@
         : "The conformance study measured no implementation outside transformers that reproduces it bit for bit."]));
       card.appendChild(det);
     });
+  }
+
+  // ---------------------------------------------------------------- configs: a checkpoint's values, a default's variants
+  function fmtValue(v) { return typeof v === "number" ? fmtEps(v) : String(v); }
+
+  function checkpointBox(m, data) {
+    var c = m.ck, base = m.base;
+    var box = el("div", { className: "mf-config mf-checkpoint" });
+    box.appendChild(el("p", {}, ["The released config of ", code(c.r), " (model type ", code(c.t),
+      "): its values beside the default config of ", code(base.cfg || c.t), "."]));
+    var rows = Object.keys(c.vals).map(function (f) {
+      var v = c.vals[f];
+      var variant = base.vars.filter(function (x) { return x.f === f; })[0];
+      var dflt = f === base.eps_attr ? fmtEps(base.eps) : variant ? fmtValue(variant.d) : "-";
+      var reads = v.reads.map(function (r) { return r[0] + " (" + r[1] + "): " + fmtValue(r[2]); }).join("; ");
+      return el("tr", { className: v.ok ? "" : "mf-disagree" }, [el("th", {}, [code(f)]),
+        el("td", { text: fmtValue(v.v) }), el("td", { text: dflt }),
+        el("td", { text: (v.ok ? "" : "sources disagree: ") + reads })]);
+    });
+    var head = el("tr", {}, ["field", "this checkpoint", "default config", "read from"].map(function (h) { return el("th", { text: h }); }));
+    box.appendChild(el("div", { className: "mf-table-wrap" }, [el("table", {}, [el("thead", {}, [head]), el("tbody", {}, rows)])]));
+    box.appendChild(el("p", { text: c.set.length ? "It sets " + c.set.join(", ") + " away from the default: the structure below is that variant's trace."
+      : "It sets no field that changes the structure: the structure below is the default config's." }));
+    return box;
+  }
+
+  function variantsBox(m) {
+    var box = el("div", { className: "mf-config mf-default" });
+    box.appendChild(el("p", {}, ["This card is the default config of ", code(m.cfg || m.t),
+      ", which a released checkpoint may not use. ", m.vars.length
+        ? "Config fields that change its norm structure (found by changing each and tracing again):"
+        : "Changing its config's fields one at a time changes no norm structure."]));
+    if (m.vars.length) {
+      box.appendChild(el("ul", {}, m.vars.map(function (v) {
+        var on = v.req ? " (with " + Object.keys(v.req).map(function (k) { return k + "=" + v.req[k]; }).join(", ") + ")" : "";
+        var what = "placement " + v.pl + ", QK-norm " + v.qk + (v.par ? ", parallel block" : "") + (v.clip ? ", q/k/v clipped" : "") +
+          " (changes: " + v.ch.join(", ") + ")";
+        return el("li", {}, [code(v.f + "=" + fmtValue(v.v)), on + ": " + what + ". ",
+          v.set.length ? el("span", {}, ["Set by: "].concat(v.set.map(function (r, i) { return el("span", {}, [i ? ", " : "", code(r)]); })))
+                       : "No recorded released checkpoint sets it."]);
+      })));
+    }
+    return box;
   }
 
   // ---------------------------------------------------------------- comparison
@@ -362,11 +423,11 @@
         list.textContent = "";
         var found = finder.search(input.value);
         if (!input.value.trim()) return;
-        if (!found.length) { list.appendChild(el("li", { className: "mf-none", text: "No model type matches." })); return; }
+        if (!found.length) { list.appendChild(el("li", { className: "mf-none", text: "No model type or checkpoint matches." })); return; }
         found.slice(0, MAX_RESULTS).forEach(function (m) {
           var b = el("button", { type: "button", className: "mf-result", "data-model": m.t }, [
             code(m.t), m.name ? " " + m.name : "",
-            el("span", { className: "mf-hint", text: m.status === "traced"
+            el("span", { className: "mf-hint", text: m.ck ? " checkpoint \u00b7 " + m.ck.t + " \u00b7 eps " + fmtEps(m.eps) : m.status === "traced"
               ? " " + (m.norms[0] || "no norm") + " \u00b7 " + (m.cat[0] || "unmatched") + " \u00b7 " + m.pl
               : " not traced (see its card)" })]);
           b.addEventListener("click", function () { choose(m.t); });

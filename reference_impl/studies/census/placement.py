@@ -133,7 +133,9 @@ def classify_layer(tr: Trace, prefix: str, hidden: int, head_dim: int | None, in
         if role == "input" and {"attention", "mlp"} <= _consumers(c, inside, lname):
             sub = "attention+mlp"   # a parallel block: one norm feeds both sub-layers
         rows.append({"module": rel, "class": type(c.module).__name__, "role": role, "sublayer": sub,
-                     "note": note, "_idx": c.idx, "_fed": _consumer(c, inside, c.y, lname)})
+                     "note": note, "_idx": c.idx, "_fed": _consumer(c, inside, c.y, lname),
+                     "_after_rope": any(isinstance(o, torch.Tensor) and _storage(o) == _storage(c.x)
+                                        for i, outs in tr.rope if i < c.idx for o in outs)})
     if any(r["role"] == "sublayer_output" for r in rows):
         # a layer that also normalizes its sub-layers' outputs (Dory's sandwich on the unit sphere): a norm at its
         # start is the sandwich's input norm, even when its output is the residual
@@ -164,9 +166,13 @@ def _path_kind(rel: str) -> str | None:
 
 
 def _consumer(c, inside, y, lname) -> str | None:
+    """attention / mlp: the kind of the first call inside the layer that reads ``y`` and has a kind (a side
+    block without one, Gemma 3n's LAUREL, may read the input norm's output before the attention does)."""
     for d in inside:
         if d.idx > c.idx and d is not c and same(d.x, y):
-            return _path_kind(_rel(d.name, lname))
+            kind = _path_kind(_rel(d.name, lname))
+            if kind:
+                return kind
     return None
 
 
@@ -251,10 +257,13 @@ def _role(c, layer, subs, linears, adds, hidden, head_dim, rel, rope=(), inside=
         pname = proj.name.split(".")[-1] if proj is not None else None
         if which is None and pname is not None:
             which = _qk_name(pname)
+            if which and _qk_name(pname.replace("query", "").replace("q", "")) == "k":
+                which = _qk_name(rel.split(".")[-1])   # a fused projection (query_key_value): the norm's name says
             if re.search(r"kv_a|q_a|lora|latent|compress|wkv_a|wq_a", pname):
                 return "latent", "attention", f"on the output of {pname}"
-            if which is None and re.search(r"(^|_)v(_|$)|v_proj|value", pname):
-                return "other", "attention", f"a norm on the values (the output of {pname}), width {width}"
+            if which is None and re.fullmatch(r"v|wv|v_proj|value", pname):
+                return "v_per_head" if head_dim and width == head_dim else "v_whole", "attention", \
+                    f"a norm on the values (the output of {pname}), width {width}"
         if which is None and proj is None:
             which = _qk_name(rel.split(".")[-1])
         nest = rel.split(".")[1:-1]   # a module between the sub-layer and the norm, holding its own projection
@@ -312,8 +321,11 @@ def qk_of(rows, trace_rope, layer) -> tuple[str, str | None]:
     order = None
     ropes = [i for i, _ in trace_rope if layer.idx < i < (layer.end or 0)]
     if qk and ropes:
-        order = "before" if max(r["_idx"] for r in qk) < ropes[0] else "after" \
-            if min(r["_idx"] for r in qk) > ropes[0] else None
+        # each norm on its own: after when it reads a rotary output, before when a rotary call follows it
+        # (Gemma 3n rotates q and k in two calls: q_norm, rope(q), k_norm, rope(k) is "before")
+        orders = {"after" if r["_after_rope"] else "before" if any(i > r["_idx"] for i in ropes) else None
+                  for r in qk}
+        order = orders.pop() if len(orders) == 1 else None
     return kind, order
 
 
@@ -328,8 +340,12 @@ def build(model_type: str):
     return cfg_cls, cls
 
 
-def place(model_type: str, norm_types: tuple, class_catalog: dict) -> dict:
-    """The census record of one model type (an ``error`` record when it cannot be built or traced)."""
+def place(model_type: str, norm_types: tuple, class_catalog: dict, overrides: dict | None = None,
+          observe=None) -> dict:
+    """The census record of one model type (an ``error`` record when it cannot be built or traced).
+
+    ``overrides`` (field -> value) are set on the default config (on its text part when the field lives there)
+    before it is shrunk: :mod:`.variants` re-traces with one field changed. ``observe(trace)`` sees the trace."""
     rec = {"model_type": model_type, "config_class": None, "model_class": None, "status": "error", "error": None,
            "norm_classes": [], "catalog": [], "placement": None, "placement_note": None, "qk_norm": None,
            "qk_rope": None, "final_norm": None, "extra_norms": [], "eps": None, "eps_attr": None, "layer": [],
@@ -339,6 +355,13 @@ def place(model_type: str, norm_types: tuple, class_catalog: dict) -> dict:
         rec["config_class"], rec["model_class"] = cfg_cls.__name__, cls.__name__
         rec["source"] = sys.modules[cls.__module__].__file__.split("transformers/", 1)[-1]
         base = cfg_cls()
+        top = {f: v for f, v in (overrides or {}).items() if f in vars(base)}
+        if top:   # through the constructor, so that what it derives from the field follows
+            base = cfg_cls(**top)
+        for field, value in (overrides or {}).items():
+            if field not in top:   # a field of a part: text_config, DBRX's attn_config, ...
+                part = next(v for v in vars(base).values() if hasattr(v, "to_dict") and field in vars(v))
+                setattr(part, field, value)
         rec["eps"], rec["eps_attr"] = config_eps(base)
         cfg = shrink(base)
         try:
@@ -357,6 +380,8 @@ def place(model_type: str, norm_types: tuple, class_catalog: dict) -> dict:
         rows = _get(text, "num_codebooks") or 1   # MusicGen's decoder reads one row per codebook
         ids = torch.randint(3, max(4, vocab - 1), (rows, TOKENS))
         tr = Trace(model, norm_types).run(rope_owner=sys.modules[cls.__module__], input_ids=ids)
+        if observe is not None:
+            observe(tr)
         prefix, n = _layers(tr)
         first = tr.model.get_submodule(f"{prefix}.0")
         hidden = _hidden(tr, prefix)
@@ -382,6 +407,12 @@ def place(model_type: str, norm_types: tuple, class_catalog: dict) -> dict:
                 continue
             where = "embedding" if c.idx < layer.idx else "after the layers" if c.idx > (last.end or 0) else "between layers"
             extra.append(f"{where}: {c.name} ({type(c.module).__name__})")
+        if not final:   # the last norm after the layers on the stream's width, read through a merge
+            after = [c for c in tr.calls if isinstance(c.module, norm_types) and c.idx > (last.end or 0)
+                     and not c.name.startswith(prefix + ".") and c.x is not None and c.x.shape[-1] == hidden]
+            if after:
+                final, rows_final = True, {"module": after[-1].name, "class": type(after[-1].module).__name__}
+                extra.remove(f"after the layers: {after[-1].name} ({rows_final['class']})")
         for r in rows:
             if r["role"] in ("latent", "other"):
                 extra.append(f"{r['role']}: {r['module']} ({r['class']})" + (f", {r['note']}" if r["note"] else ""))
@@ -457,8 +488,19 @@ def _hidden(tr: Trace, prefix: str) -> int:
 
 
 def model_types() -> list[str]:
-    """Every model type with a causal-LM class in the installed transformers' auto mapping."""
+    """Every model type with a causal-LM class in the installed transformers' auto mapping, and the
+    image-text-to-text types whose config is their own text model (described through their base model)."""
     from transformers.models.auto import configuration_auto as ca
     from transformers.models.auto import modeling_auto as ma
 
-    return sorted(t for t in ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES if t in ca.CONFIG_MAPPING_NAMES)
+    causal = {t for t in ma.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES if t in ca.CONFIG_MAPPING_NAMES}
+    # an image-text-to-text model type without a causal-LM class and without a text part of its own config
+    # (Chameleon): its text model is its base model, traced as it is. A sub-config that may be any model's
+    # (AutoConfig: pi0's vlm_config) means the text model is another model type, traced under its own name
+    def own(t):
+        subs = getattr(ca.CONFIG_MAPPING[t], "sub_configs", {})
+        return not set(subs) & {"text_config", "decoder"} and not any(c is ca.AutoConfig for c in subs.values())
+
+    own_text = {t for t in ma.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES if t in ca.CONFIG_MAPPING_NAMES
+                and t not in causal and t in ma.MODEL_MAPPING_NAMES and own(t)}
+    return sorted(causal | own_text)

@@ -1,12 +1,11 @@
 """The census run: discover, probe every class, place every model type, count, and write the two files.
 
-:func:`run_census` returns the data of ``docs/data/census.json`` (CONTRACT section 2); :func:`write` writes
+:func:`run_census` returns the data of ``docs/data/census.json`` (CONTRACT section 2); :func:`.__main__.write` writes
 it and the kit's index. :func:`class_record` and :func:`model_records` are what the tests re-run on a subset.
 """
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import signal
 import warnings
@@ -20,6 +19,7 @@ from .discover import Found, discover
 from .exceptions import EXCEPTIONS
 from .placement import model_types, place
 from .probe import probe_class
+from .variants import structure, variants
 
 REPO = Path(__file__).resolve().parents[3]
 DATA_FILE = REPO / "docs" / "data" / "census.json"
@@ -32,7 +32,9 @@ QK = ("none", "per_head", "whole_projection", "other")
 
 def sources() -> list[str]:
     here = Path(__file__).resolve().parent
-    entries = sorted(p.relative_to(REPO).as_posix() for p in here.glob("*.py") if p.name != "__init__.py")
+    # checkpoints.py resolves the released checkpoints under the census: it changes no number of census.json
+    entries = sorted(p.relative_to(REPO).as_posix() for p in here.glob("*.py")
+                     if p.name not in ("__init__.py", "checkpoints.py"))
     return pv.python_closure(*entries, "reference_impl/check/matching.py")
 
 
@@ -67,14 +69,26 @@ def _limit(seconds: int):
         signal.signal(signal.SIGALRM, old)
 
 
-def model_records(types, norm_types: tuple, class_catalog: dict, progress=None) -> list[dict]:
+def model_records(types, norm_types: tuple, class_catalog: dict, progress=None, with_variants=True) -> list[dict]:
     out = []
     for i, t in enumerate(types):
+        base = None
         try:
             with _limit(MODEL_SECONDS):
-                rec = place(t, norm_types, class_catalog)
+                if with_variants:   # the default config's trace with what the variants compare (one trace)
+                    base = structure(t, norm_types, class_catalog)
+                    rec = dict(base[0])
+                else:
+                    rec = place(t, norm_types, class_catalog)
         except _Timeout as exc:
             rec = {**_error_record(t), "error": str(exc)}
+        rec["variants"], rec["untoggled"] = [], []
+        if base is not None and rec["status"] == "traced":
+            try:
+                with _limit(MODEL_SECONDS):
+                    rec["variants"], rec["untoggled"] = variants(t, norm_types, class_catalog, base)
+            except _Timeout as exc:
+                rec["untoggled"] = [{"flag": "*", "value": None, "reason": str(exc)}]
         out.append(rec)
         if progress is not None and (i + 1) % 20 == 0:
             print(f"  placed {i + 1}/{len(types)} model types", file=progress, flush=True)
@@ -150,25 +164,46 @@ def run_census(max_classes: int | None = None, max_models: int | None = None, pr
     return data
 
 
-def index(data: dict) -> dict:
-    """The kit's look-up: model type -> its main norm class and what the census found about it."""
+def main_norm(layer: list, norm_classes: list) -> str | None:
+    """The norm class on the residual stream: the first of the layer on a sub-layer's input or output."""
+    return next((r["class"] for r in layer if r["role"] in ("input", "sublayer_output", "residual_sum")),
+                norm_classes[0] if norm_classes else None)
+
+
+_DESCRIBED = ("config_class", "placement", "placement_note", "qk_rope", "parallel", "final_norm", "eps_attr",
+              "extra_norms", "source")
+_VARIANT = ("flag", "value", "default", "requires", "placement", "qk_norm", "qk_rope", "parallel", "final_norm",
+            "clip", "norm_classes")
+
+
+def _index_variant(v: dict, by_name: dict) -> dict:
+    main = main_norm(v["norms"], v["norm_classes"])
+    c = by_name.get(main, {})
+    return {**{k: v[k] for k in _VARIANT}, "norm_class": main, "module": c.get("module"), "catalog": c.get("catalog"),
+            "gain": c.get("gain"), "gain_dtype": c.get("gain_dtype")}
+
+
+def index(data: dict, checkpoints: dict | None = None) -> dict:
+    """The kit's look-up: model type -> its main norm class and what the census found about it (its norms,
+    placement and variants, for ``--describe``), and, with ``checkpoints``, each released checkpoint."""
     by_name = {c["name"]: c for c in data["classes"]}
     out = {}
     for m in data["models"]:
         if m["status"] != "traced" or not m["layer"] and not m["norm_classes"]:
             continue
-        main = next((r["class"] for r in m["layer"] if r["role"] in ("input", "sublayer_output", "residual_sum")),
-                    m["norm_classes"][0] if m["norm_classes"] else None)
+        main = main_norm(m["layer"], m["norm_classes"])
         c = by_name.get(main, {})
         out[m["model_type"]] = {"norm_class": main, "module": c.get("module"), "catalog": c.get("catalog"),
                                 "eps": m["eps"], "gain": c.get("gain"), "gain_dtype": c.get("gain_dtype"),
-                                "qk_norm": m["qk_norm"]}
-    return {"transformers": data["provenance"]["versions"].get("transformers"), "models": out}
+                                "qk_norm": m["qk_norm"], **{k: m[k] for k in _DESCRIBED},
+                                "norms": [{**{k: r[k] for k in ("module", "class", "role", "sublayer")},
+                                           "catalog": by_name.get(r["class"], {}).get("catalog")}
+                                          for r in m["layer"]],
+                                "variants": [_index_variant(v, by_name) for v in m.get("variants", [])]}
+    res = {"transformers": data["provenance"]["versions"].get("transformers"), "models": out}
+    if checkpoints is not None:
+        res["checkpoints"] = {c["repo"]: {k: c[k] for k in ("aliases", "release", "model_type", "values",
+                                                              "variants_set", "structure", "eps")}
+                              for c in checkpoints["checkpoints"]}
+    return res
 
-
-def write(data: dict, out: Path = DATA_FILE, index_file: Path = INDEX_FILE) -> None:
-    from ..schemas import check_data
-
-    check_data(data, "census.json", str(out))
-    Path(out).write_text(json.dumps(data, indent=1) + "\n")
-    Path(index_file).write_text(json.dumps(index(data), indent=1, sort_keys=True) + "\n")

@@ -55,7 +55,7 @@ SIZES = {
 }
 _SUB = ("text_config", "decoder", "vision_config", "audio_config", "decoder_config", "encoder_config", "speech_config",
         "thinker_config", "talker_config", "language_config", "llm_config", "text_encoder_config",
-        "patcher_config", "global_config")
+        "patcher_config", "global_config", "protein_encoder_config")
 
 
 def _keep(old_layers: int, types) -> list[int]:
@@ -104,7 +104,9 @@ _MAY_BE_NONE = ("head_dim", "kv_channels", "num_key_value_heads")
 # sizes a default config may leave unset although its model needs them (dots1's experts, Qwen4-Exp's indexer):
 # filled only when the model cannot be built without them (``shrink(cfg, fill=True)``)
 FILL = {"n_routed_experts": 4, "n_shared_experts": 1, "num_experts_per_tok": 2, "indexer_n_heads": 4,
-        "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 8, "indexer_compress_ratio": 2}
+        "indexer_kv_heads": 1, "indexer_head_dim": 16, "indexer_budget": 8, "indexer_compress_ratio": 2,
+        # Chameleon's map from its image tokens to the vocabulary (read from the checkpoint's vocabulary)
+        "vocabulary_map": {"<image>": 127}}
 _EXPERTS = ("n_routed_experts", "num_experts", "num_local_experts", "moe_num_experts")
 
 

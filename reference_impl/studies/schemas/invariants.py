@@ -457,3 +457,20 @@ def _dicts(node, path=()):
     elif isinstance(node, list):
         for i, v in enumerate(node):
             yield from _dicts(v, (*path, str(i)))
+
+
+# ------------------------------------------------------------------------------------------ checkpoints
+
+@invariant("checkpoints.json")
+def checkpoints_resolve_under_the_census(data, name):
+    """Every checkpoint's values resolve, under the committed census's variants, to the structure the file
+    records (a value that contradicts its model type's variants is refused), and the counts are its rows'."""
+    import json as _json
+
+    from ..census.checkpoints import contradictions, counts
+
+    census = _json.loads((REPO / "docs" / "data" / "census.json").read_text())
+    yield from contradictions(data, census)
+    want = counts(data["checkpoints"], data["variant_coverage"])
+    if data["counts"] != want:
+        yield "counts", f"recorded {data['counts']}, the rows give {want}"
