@@ -398,37 +398,27 @@ def _corrupted(tmp_path, name, edit) -> Path:
 
 @pytest.mark.guards("data:schemas")
 @pytest.mark.parametrize("case,name,edit,message", DISAGREEING, ids=[c[0] for c in DISAGREEING])
-def test_check_file_refuses_a_file_that_disagrees_with_itself_or_its_sources(tmp_path, case, name, edit, message):
-    path = _corrupted(tmp_path, name, edit)
-    with pytest.raises(schemas.DataFileError, match=re.escape(name) + r"(?s:.*)(\n  |: )" + message):
-        schemas.check_file(path)
-
-
-def _one_per_file() -> list[str]:
-    seen: dict[str, str] = {}
-    for case, name, _, _ in DISAGREEING:
-        seen.setdefault(name, case)
-    return list(seen.values())
-
-
-@pytest.mark.guards("data:schemas")
-@pytest.mark.parametrize("case", _one_per_file())
-def test_the_build_refuses_them_too_the_census_index_included(tmp_path, monkeypatch, case):
-    """The build's validator (site_hooks/data.py) runs the same checks and reads the kit's census index
-    beside the data files: the first case of each file above, through the build's path."""
+def test_check_file_and_the_build_refuse_a_file_that_disagrees_with_itself(tmp_path, monkeypatch, case, name, edit,
+                                                                          message):
+    """Every case through the build's validator (site_hooks.data.validated() over a data folder holding the
+    corrupted copy, the kit's census index read beside it or replaced by the corrupted one): the build
+    stops with a MacroError naming the file and the field, and what it reports is schemas.check_file's
+    own refusal of that file (its DataFileError, kept as the cause), so both paths are tried at once."""
     from site_hooks import data as site_data
 
-    _, name, edit, message = next(c for c in DISAGREEING if c[0] == case)
     path = _corrupted(tmp_path, name, edit)
+    expected = re.escape(name) + r"(?s:.*)(\n  |: )" + message
     monkeypatch.setattr(site_data, "DATA", path.parent)
     if name == "census_index.json":
         monkeypatch.setattr(site_data, "INDEX", path)
     site_data.clear_caches()
     try:
-        with pytest.raises(MacroError, match=re.escape(name) + r"(?s:.*)(\n  |: )" + message):
+        with pytest.raises(MacroError, match=expected) as caught:
             site_data.validated()
     finally:
         site_data.clear_caches()
+    cause = caught.value.__cause__
+    assert isinstance(cause, schemas.DataFileError) and re.search(expected, str(cause)), cause
 
 
 def test_every_committed_file_passes_the_consistency_checks():
