@@ -45,8 +45,8 @@ import torch.distributed as dist
 
 from .comm import CommRecorder  # re-exported: the bench and the tests count collectives with it
 from ._checks import check_eps, check_input, check_param, compute_dtype, eps_limit, once_differentiable
-from .conventions import (RMS_CONVENTIONS, apply_gain, check_convention, effective_gain, resolve_eps, row_mean,
-                          stat_dtype)
+from .shared import RMS_CONVENTIONS, apply_gain, check_convention, effective_gain, resolve_eps, stat_dtype
+from .shared import family_row_mean as row_mean
 
 STATS = ("sums", "welford")
 
@@ -273,7 +273,7 @@ def sharded_rms_norm(x_local, weight_local, eps=1e-6, group=None, *, convention=
         weight_local: ``(d_k,)`` slice of the gain (for ``gemma`` the stored offset, gain ``1 + w``), or None.
         eps: non-negative number (``None`` only with ``convention="torch"``), the same on every rank.
         group: a ``torch.distributed.ProcessGroup`` (None: the default group).
-        convention: casting order of ``reference_impl.conventions`` (``reference``, ``llama``, ``gemma``,
+        convention: casting order of ``reference_impl.shared`` (``reference``, ``llama``, ``gemma``,
             ``t5``, ``olmo2``, ``torch``); statistics in that convention's dtype (float32, or float64 for
             float64 input under ``reference``/``torch``).
         deterministic: all-gather the partials and add them in rank order instead of an all-reduce.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .reference import rms_norm
+from .norms.rms_norm import rms_norm
 
 # --------------------------------------------------------------------------------------------- layout
 
@@ -75,7 +75,7 @@ class RMSNormAffine(nn.Module):
     """RMSNorm with a gain and an optional bias: ``x * rsqrt(mean(x**2) + eps) * weight + bias``.
 
     What a LayerNorm becomes once its input has zero mean (same gain, bias and eps). The normalization is
-    :func:`reference_impl.reference.rms_norm` (float32 statistics, float64 for float64 input).
+    :func:`reference_impl.norms.rms_norm.rms_norm` (float32 statistics, float64 for float64 input).
     """
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, eps: float):

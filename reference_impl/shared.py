@@ -6,10 +6,67 @@ more than one of them uses, so that a norm module imports them and nothing here 
 
 - :func:`row_mean`: the core reference's mean over the last dimension, summed in float64 in sequential
   order, so a row's bits do not depend on the batch (RMSNorm, LayerNorm, the ``reference`` convention).
-- The casting orders of :mod:`reference_impl.conventions` (whose docstring tables them): the convention
+- The casting orders of the model families (tabled below): the convention
   names and their checks, the statistic dtype, :func:`apply_gain` and the generic forward and explicit
   backward :func:`rms_forward` / :func:`rms_backward`, which the RMSNorm conventions, the fused residual
   add and the tensor-parallel norms all run.
+
+The core reference (RMSNorm and LayerNorm in :mod:`reference_impl.norms`):
+
+- Normalization over the last dimension; any leading shape, including empty ones.
+- Statistics and the whole computation run in float32 (float64 for float64 input); the result is cast
+  once to the input dtype at the end. The gain and bias are used in that compute dtype.
+- eps sits inside the square root: ``x * rsqrt(mean(x**2) + eps)``.
+- Row statistics (means) are summed in float64 in a fixed, sequential order per row and then rounded to
+  the compute dtype, so a row's result does not depend on the other rows or the batch layout (torch's
+  own reductions split long rows differently depending on how many rows there are, which moves the last
+  bit). Squares are formed in the compute dtype, as the modules this mirrors do.
+- Range: in float32, a square overflows for ``|x|`` above ``sqrt(float32 max)`` (about 1.8e19), which makes
+  the row's mean square Inf and its rstd 0, so the row comes out as zeros (RMSNorm) or NaN/zeros
+  (LayerNorm), as ``torch.nn.functional.rms_norm`` does. With ``eps=0``, a row whose squares all underflow
+  (``|x|`` below about 2.6e-23, the square root of float32's smallest subnormal) has mean square 0 and
+  rstd Inf: Inf or NaN. docs/numerics.md states both thresholds as a test measures them.
+- Non-finite values stay in their row; other rows are unaffected. A NaN makes its whole row NaN. An Inf
+  makes the row's mean square Inf, so RMSNorm's rstd is 0: the row's finite entries become 0 and the Inf
+  entry NaN (0 * Inf), exactly as ``torch.nn.functional.rms_norm`` does; LayerNorm's row becomes all NaN
+  (Inf - Inf in the centring). With ``eps=0`` an all-zero row gives NaN (0 * Inf).
+- Gradients come back in the dtype of the tensor they belong to.
+
+The core reference (``norms.rms_norm.rms_norm`` / ``norms.layer_norm.layer_norm``) computes in float32, applies the gain in float32 and
+rounds once at the end. Model code does not all do that: the order of the casts decides which bits come
+out in bfloat16 and float16. Each convention here replays one family's order of operations exactly, so its
+forward output is bit-identical (``torch.equal``) to the installed module (tests/core/test_transformers_parity.py).
+
+RMSNorm conventions (``reference_impl.rms_norm(..., convention=...)``); ``h = xf * rsqrt(mean(xf**2) + eps)``:
+
+===========  ===========================================================================================
+reference    the core: compute in float32 (float64 for float64 input), ``h * w`` in that dtype, one cast
+             to ``x.dtype`` at the end.
+llama        ``xf = x.to(float32)``; ``w * h.to(x.dtype)``: cast *before* the gain, the product in
+             ``promote(x.dtype, w.dtype)``. transformers' LlamaRMSNorm, also Mistral, Mixtral, Qwen2,
+             Qwen3, DeepSeek-V3, Phi-3. float64 input is computed in float32 too.
+gemma        ``(h * (1 + w.float())).type_as(x)``: the stored weight is an offset from 1 (initialised to 0),
+             applied in float32, one cast at the end. Gemma, Gemma 2, Gemma 3.
+t5           the mean square from ``x.to(float32)``, but ``x * rsqrt(...)`` multiplies the *uncast* input
+             (type promotion); the result is cast to the weight's dtype only if that is float16/bfloat16,
+             then ``w * h``. T5LayerNorm.
+olmo2        ``(w * h).to(x.dtype)`` with ``xf = x.to(float32)``: gain in float32, one cast. Olmo2RMSNorm.
+torch        ``torch.nn.RMSNorm`` / ``F.rms_norm``: compute dtype float32 (float64 for float64 input),
+             gain applied in that dtype, one cast. ``eps=None`` means ``torch.finfo(compute dtype).eps``,
+             i.e. float32's epsilon for float16 and bfloat16 input, not the input dtype's.
+===========  ===========================================================================================
+
+LayerNorm conventions (``convention_layer_norm(..., convention=...)``): ``neox`` is ``torch.nn.LayerNorm`` as
+GPT-NeoX/Pythia call it (the forward *is* ``F.layer_norm``: its fused kernel's reduction order cannot be
+replayed in Python); ``cohere`` is CohereLayerNorm (two-pass float32 statistics, gain in float32, no bias).
+
+``eps_placement``: ``"inside"`` the root, ``x * rsqrt(ms + eps)`` (every family above), or ``"outside"``,
+``x / (sqrt(ms) + eps)``, as in the RMSNorm authors' PyTorch code (github.com/bzhangGo/rmsnorm,
+``rmsnorm_torch.py``: ``x / (rms_x + self.eps)``, default eps 1e-8). Casting order is kept for either.
+
+Backward: every convention has an explicit backward (no autograd inside): the RMSNorm gradient with the
+convention's effective gain (``1 + w`` for gemma), computed in float32 (float64 where the convention
+computes in float64), each gradient returned in its tensor's dtype.
 """
 from __future__ import annotations
 

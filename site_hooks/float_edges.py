@@ -1,5 +1,5 @@
 """``{{ square_edge("overflow") }}``: where float32 squares leave float32's range, computed at build time by
-:func:`reference_impl.reference.square_edges` (the function the range tests check), never typed."""
+:func:`reference_impl.square_edges` (the function the range tests check), never typed."""
 from __future__ import annotations
 
 from .macros import MacroError, macro
@@ -9,7 +9,7 @@ from .macros import MacroError, macro
 def square_edge_macro(ctx, which: str, fmt: str = ".3g") -> str:
     import torch
 
-    from reference_impl.reference import square_edges
+    from reference_impl import square_edges
 
     edges = square_edges(torch.float32)
     if which not in edges:

@@ -235,7 +235,7 @@ def welford_vs_sums(rows: int, d: int) -> dict:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         out["sums"].append(t[0].item())
         out["welford"].append(t[1].item())
-        from ..reference import layer_norm
+        from ..norms.layer_norm import layer_norm
         out["single_device_two_pass"].append(float(np.abs(layer_norm(x).double().numpy() - ref).max()))
     return out
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from .. import conventions as cv
+from ..norms.rms_norm import convention_rms_norm
 from .. import families as fam
 from .. import oracle
 from .. import tolerances as tol
@@ -75,8 +75,8 @@ def casting(rows: int, d: int, seed: int) -> dict:
         x = torch.randn(rows, d, generator=g, dtype=torch.float64).mul(2).to(dt)
         w = (1 + 0.5 * torch.randn(d, generator=g, dtype=torch.float64)).to(dt)
         orders = {
-            "cast once (reference, torch, olmo2)": cv.rms_norm(x, w, 1e-6, convention="reference"),
-            "cast, then gain (llama, t5)": cv.rms_norm(x, w, 1e-6, convention="llama"),
+            "cast once (reference, torch, olmo2)": convention_rms_norm(x, w, 1e-6, convention="reference"),
+            "cast, then gain (llama, t5)": convention_rms_norm(x, w, 1e-6, convention="llama"),
         }
         exact = oracle.rms_norm_forward_placed(x.double().numpy(), w.double().numpy(), 1e-6)
         u = ulp(exact, dt)
@@ -120,7 +120,7 @@ def fp16_overflow(d: int, seed: int) -> dict:
         x = (base * a).to(torch.float16)
         exact = oracle.rms_norm_forward_placed(x.double().numpy(), None, 1e-6)
         half_stats = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)).double().numpy()
-        fp32_stats = cv.rms_norm(x, None, 1e-6, convention="llama").double().numpy()
+        fp32_stats = convention_rms_norm(x, None, 1e-6, convention="llama").double().numpy()
         sq_inf = float(torch.isinf(x.pow(2)).float().mean())
         rows.append({
             "rms": a, "fraction_of_squares_inf": sq_inf,
@@ -187,8 +187,8 @@ def eps_placement(d: int, seed: int) -> dict:
     for eps in (1e-8, 1e-6, 1e-5):
         for rms in (1.0, 1e-1, 1e-2, 1e-3, 1e-4, 1e-6):
             x = (base * rms).to(torch.float32)
-            inside = cv.rms_norm(x, None, eps, convention="reference").double()
-            outside = cv.rms_norm(x, None, eps, convention="reference", eps_placement="outside").double()
+            inside = convention_rms_norm(x, None, eps, convention="reference").double()
+            outside = convention_rms_norm(x, None, eps, convention="reference", eps_placement="outside").double()
             measured = float(((inside - outside).abs().max() / inside.abs().max()).item())
             out_rms = float(inside.pow(2).mean(-1).sqrt().mean())
             rows.append({"eps": eps, "rms": rms, "relative_gap": measured,

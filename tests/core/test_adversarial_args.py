@@ -17,7 +17,8 @@ import torch
 
 import reference_impl
 from reference_impl import conventions, variants
-from reference_impl.reference import layer_norm, rms_norm
+from reference_impl.norms.layer_norm import layer_norm
+from reference_impl.norms.rms_norm import rms_norm
 
 X = torch.randn(3, 8)
 

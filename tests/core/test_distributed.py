@@ -20,8 +20,8 @@ from reference_impl import conventions as C
 from reference_impl import distributed as D
 from reference_impl import oracle, symbolic
 from reference_impl import tolerances as tol
-from reference_impl.reference import layer_norm as ref_layer_norm
-from reference_impl.reference import row_mean
+from reference_impl.norms.layer_norm import layer_norm as ref_layer_norm
+from reference_impl.shared import row_mean
 from reference_impl.studies import distributed_bench as B
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -18,7 +18,7 @@ from torch import nn
 from reference_impl import equivalence as E
 from reference_impl import symbolic as S
 from reference_impl import tolerances as tol
-from reference_impl.reference import rms_norm
+from reference_impl.norms.rms_norm import rms_norm
 
 FAMILIES = ["gpt2", "gpt_neox"]
 DTYPES = [torch.float64, torch.float32]

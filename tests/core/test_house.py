@@ -183,6 +183,18 @@ def test_no_module_over_600_lines():
     assert not long, f"modules over {MAX_LINES} lines (split them by what they hold): {long}"
 
 
+MAX_TOP_LEVEL = 12
+
+
+def test_the_package_top_level_holds_at_most_12_modules():
+    """reference_impl/ itself holds at most 12 modules (``__init__.py`` included): what is not core math
+    goes into a subpackage, and an old name is a module object made in ``__init__.py``, not a file that
+    re-exports."""
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert "__init__.py" in top and len(top) >= 2, f"is {PACKAGE} still the package? found {top}"
+    assert len(top) <= MAX_TOP_LEVEL, f"{len(top)} top-level modules in reference_impl/ (at most {MAX_TOP_LEVEL}): {top}"
+
+
 def test_the_catalog_prints_its_names_and_is_a_read_only_mapping():
     from collections.abc import Mapping
 

@@ -488,7 +488,7 @@ def _package_modules() -> set[str]:
 
 
 def _full_name(module: str) -> str | None:
-    """``conventions`` -> ``reference_impl.conventions``; None when the short name is ambiguous."""
+    """``shared`` -> ``reference_impl.shared``; None when the short name is ambiguous."""
     pkg = REPO / "reference_impl"
     hits = [p for p in pkg.rglob(f"{module}.py")] + [p for p in pkg.rglob(module) if (p / "__init__.py").is_file()]
     if len(hits) != 1:
@@ -538,10 +538,10 @@ def test_every_cited_api_name_exists():
 
 def test_the_name_check_catches_a_missing_name():
     """The resolver itself: an existing function, a module, a class member, and three that do not exist."""
-    assert resolve("reference_impl.conventions.rms_norm") is None
+    assert resolve("reference_impl.shared.apply_gain") is None
     assert resolve("reference_impl.ops.build") is None
     assert resolve("reference_impl.norms.spec.NormSpec.sample") is None
-    assert "no 'backward_bounds'" in resolve("reference_impl.conventions.backward_bounds")
+    assert "no 'backward_bounds'" in resolve("reference_impl.shared.backward_bounds")
     assert resolve("reference_impl.norms.spec.NormSpec.no_such_member") is not None
     assert resolve("reference_impl.no_such_module") is not None
     # catalog entry names are not API names; a dotted name that is neither still counts

@@ -73,7 +73,7 @@ def test_start_says_which_casting_order_its_snippet_uses():
 
 def test_the_snippet_order_is_olmo2_and_torch_not_llama():
     from reference_impl import conventions
-    from reference_impl.reference import rms_forward
+    from reference_impl.norms.rms_norm import rms_forward
 
     g = torch.Generator().manual_seed(5)
     x = (torch.randn(64, 96, generator=g) * 3).to(torch.bfloat16)

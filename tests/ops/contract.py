@@ -26,7 +26,7 @@ import torch
 
 from reference_impl import oracle
 from reference_impl import tolerances as tol
-from reference_impl.conventions import effective_gain
+from reference_impl.shared import effective_gain
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 EPS = 1e-6

@@ -25,7 +25,7 @@ import torch
 
 import reference_impl.ops  # noqa: F401  (loads the library)
 from reference_impl import oracle
-from reference_impl.conventions import effective_gain
+from reference_impl.shared import effective_gain
 from reference_impl.studies.bench.cases import has_avx512_bf16
 from reference_impl.tolerances import convention_forward_bound
 

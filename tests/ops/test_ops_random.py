@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from reference_impl import oracle
 from reference_impl import tolerances as tol
-from reference_impl.conventions import effective_gain
+from reference_impl.shared import effective_gain
 from reference_impl.ops import fused_layer_norm, fused_rms_norm
 
 from .env_vars import set_env as _env

@@ -132,7 +132,7 @@ import torch
 import triton.language as tl
 from triton.runtime.interpreter import TensorHandle
 from reference_impl import oracle, tolerances as tol
-from reference_impl.conventions import effective_gain
+from reference_impl.shared import effective_gain
 from reference_impl.ops import triton_library as tlib, triton_norm as tn
 
 def f64(v):
