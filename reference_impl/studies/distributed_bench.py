@@ -337,7 +337,7 @@ def _world_job(rank, world, out_dir, cfg):
            "dtensor": {"even": dtensor_probe(8 * world), "uneven": dtensor_probe(8 * world + 1)},
            "timing": timing(cfg["rows"], cfg["d"], cfg["reps"], cfg["inner"])}
     if rank == 0:
-        Path(out_dir, f"p{world}.json").write_text(json.dumps(res))
+        provenance.write_json(Path(out_dir, f"p{world}.json"), res)
 
 
 def measure(quick: bool) -> dict:
@@ -421,7 +421,7 @@ def write_diagrams(out_dir: Path = PLOTS) -> list[Path]:
     paths = []
     for theme in Dg.THEMES:
         path = out_dir / f"distributed-layouts{theme.suffix}.svg"
-        path.write_text(layouts(theme).render(), encoding="utf-8")
+        provenance.write_text(path, layouts(theme).render())
         paths.append(path)
     return paths
 
@@ -432,8 +432,11 @@ def main(argv=None) -> None:
     ap.add_argument("--diagram", action="store_true", help="only draw the layout diagram")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
-    for path in write_diagrams():
-        print(path.relative_to(REPO))
+    provenance.check_out(ap, args.out)  # before any work: a missing directory is an argument error
+    # a run with --out elsewhere (a smoke run) draws the diagrams next to its file, leaving the committed ones
+    plots = PLOTS if args.out.resolve() == OUT.resolve() else args.out.parent
+    for path in write_diagrams(plots):
+        print(path.relative_to(REPO) if path.is_relative_to(REPO) else path)
     if args.diagram:
         return
     try:
@@ -441,7 +444,7 @@ def main(argv=None) -> None:
     except Exception:
         traceback.print_exc()
         raise SystemExit(1)
-    args.out.write_text(json.dumps(data, indent=1) + "\n")
+    provenance.write_json(args.out, data)
     print(f"wrote {args.out} in {data['provenance'].get('duration_s')} s")
 
 

@@ -80,7 +80,7 @@ def _forbid(monkeypatch, module, *names):
 
 
 def _commands(monkeypatch):
-    from reference_impl.studies import conformance, cuda_resources, numerics
+    from reference_impl.studies import conformance, cuda_resources, distributed_bench, numerics
     from reference_impl.studies.bench import cli as bench_cli
     from reference_impl.studies.census import __main__ as census_main
 
@@ -89,11 +89,12 @@ def _commands(monkeypatch):
     _forbid(monkeypatch, cuda_resources, "run")
     _forbid(monkeypatch, census_main, "run_census")
     _forbid(monkeypatch, bench_cli, "run", "reanalyse")
-    return {"numerics": numerics.main, "conformance": conformance.main, "cuda_resources": cuda_resources.main,
+    _forbid(monkeypatch, distributed_bench, "measure", "write_diagrams")
+    return {"distributed_bench": distributed_bench.main, "numerics": numerics.main, "conformance": conformance.main, "cuda_resources": cuda_resources.main,
             "census": census_main.main, "bench": bench_cli.main}
 
 
-@pytest.mark.parametrize("name", ["numerics", "conformance", "cuda_resources", "census", "bench"])
+@pytest.mark.parametrize("name", ["numerics", "conformance", "cuda_resources", "census", "bench", "distributed_bench"])
 def test_an_out_in_a_missing_directory_fails_before_the_work(name, tmp_path, monkeypatch, capsys):
     main = _commands(monkeypatch)[name]
     with pytest.raises(SystemExit) as exc:
@@ -120,6 +121,21 @@ def test_the_census_written_elsewhere_puts_its_index_next_to_it(tmp_path, monkey
     assert seen == {"out": census_main.DATA_FILE, "index": census_main.INDEX_FILE}
 
 
+def test_the_distributed_diagrams_follow_an_out_elsewhere(tmp_path, monkeypatch):
+    """A run with --out elsewhere draws its layout diagrams next to that file (atomically) and writes the
+    data file there through write_json; the committed diagrams and data file are left alone."""
+    from reference_impl.studies import distributed_bench as db
+
+    committed = {p: p.read_bytes() for p in [db.OUT, *sorted(db.PLOTS.glob("distributed-layouts*.svg"))]}
+    assert len(committed) >= 2, "the committed distributed diagrams are missing"
+    monkeypatch.setattr(db, "measure", lambda quick: {"provenance": {"quick": quick}, "worlds": {}})
+    db.main(["--quick", "--out", str(tmp_path / "d.json")])
+    assert json.loads((tmp_path / "d.json").read_text()) == {"provenance": {"quick": True}, "worlds": {}}
+    drawn = sorted(p.name for p in tmp_path.glob("distributed-layouts*.svg"))
+    assert drawn == sorted(p.name for p in committed if p.suffix == ".svg") and _leftovers(tmp_path) == []
+    assert all(p.read_bytes() == b for p, b in committed.items())
+
+
 @pytest.mark.parametrize("name", ["numerics", "conformance"])
 def test_plots_follow_an_out_elsewhere(name, tmp_path, monkeypatch):
     import importlib
@@ -143,7 +159,7 @@ def test_plots_follow_an_out_elsewhere(name, tmp_path, monkeypatch):
 
 # timing studies: their modules are hashed into measurements that take minutes on a quiet machine, so their
 # own write calls move to the helper with their next re-run
-DIRECT_WRITERS = {"distributed_bench.py", "training.py", "placements.py", "rsqrt.py", "machine_archive.py"}
+DIRECT_WRITERS = {"training.py", "placements.py", "rsqrt.py", "machine_archive.py"}
 
 
 def _direct_json_writes(path: Path) -> int:
