@@ -37,6 +37,8 @@ def pytest_addoption(parser):
     g.addoption("--norm-weight-dtypes", default=None,
                 help="gain dtypes, comma-separated, or x (the gain in x's dtype); default: x's half dtype and fp32")
     g.addoption("--norm-device", default="cpu", help="cpu or cuda (cuda:N)")
+    g.addoption("--norm-widths", default=None,
+                help="row widths of the probes, comma-separated (default: the kit's small and wide probes)")
     g.addoption("--norm-no-grads", action="store_true", default=False, help="skip the gradient checks")
     g.addoption("--norm-no-bits", action="store_true", default=False,
                 help="require only the float64 bound, not bit-identity with the model's module")
@@ -66,7 +68,16 @@ def _options(config) -> dict:
             eps = math.nan
         if not (math.isfinite(eps) and eps >= 0):
             raise pytest.UsageError(f"--norm-eps must be a finite number >= 0, got {config.getoption('norm_eps')!r}")
-    return {"convention": config.getoption("norm_convention"), "eps": eps, "dtypes": dtypes,
+    opts = {}
+    widths = config.getoption("norm_widths")
+    if widths is not None:
+        try:
+            opts["widths"] = tuple(int(w) for w in widths.split(",") if w.strip())
+        except ValueError:
+            opts["widths"] = ()
+        if not opts["widths"] or min(opts["widths"]) < 1:
+            raise pytest.UsageError(f"--norm-widths takes positive integers, comma-separated; got {widths!r}")
+    return {**opts, "convention": config.getoption("norm_convention"), "eps": eps, "dtypes": dtypes,
             "weight_dtypes": None if wd is None else [w.strip() for w in wd.split(",") if w.strip()],
             "device": config.getoption("norm_device"), "residual": config.getoption("norm_residual"),
             "norm": config.getoption("norm_class")}

@@ -5,7 +5,8 @@ Gemma 3 order and on two subtly wrong variants of it (rounding before the gain; 
 against ``gemma3_text``. For each: the verdict, the table the kit prints for the failing cases, the
 diagnosis, and the catalog entry it equals (or the closest one). Then each of the kit's features on one
 more function (``features``: the diagnosis by experiment, bits within the bound, batch invariance,
-gradients that do not reach the weight, a forward-only check) and the command's answers to bad input
+gradients that do not reach the weight, a forward-only check, one gated norm of a model by its role) and
+the command's answers to bad input
 (``usage``). Deterministic (fixed seeds), a few seconds.
 """
 from __future__ import annotations
@@ -89,6 +90,7 @@ FEATURES = {
     "split_by_batch": (N.split_by_batch, "qwen3", {"dtypes": ("fp32",), "batch_invariant": True}),
     "detached_weight": (N.detached_weight, "qwen3", {"dtypes": ("bf16",)}),
     "detached_weight_forward_only": (N.detached_weight, "qwen3", {"dtypes": ("bf16",), "grads": False}),
+    "gated_norm": (N.gated_norm, "qwen3_next", {"dtypes": ("bf16",), "norm": "inner output"}),
 }
 # the command's answers to bad input: one line on stderr, exit status 2
 USAGE = (["--eps", "inf"], ["--device", "banana"], ["--dtypes", ""], ["--model", "gemma99"])
@@ -102,7 +104,8 @@ def run_feature(fn, model, opts) -> dict:
             "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in opts.items()},
             "ok": rep.ok, "cases": len(rep.results), "failed": len(rep.failures),
             "verdict": rep.summary().splitlines()[-1], "diagnosis": rep.diagnosis,
-            "findings": [f.key for f in rep.findings], "notes": list(rep.notes),
+            "findings": [f.key for f in rep.findings],
+            "notes": [n for n in rep.notes if not n.startswith("covered: ")],  # the coverage line aside
             "first_failure": rep.failures[0].problem or "" if rep.failures else ""}
 
 

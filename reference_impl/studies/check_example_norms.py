@@ -58,4 +58,12 @@ def detached_weight(x, weight, eps):
     """Right forward, but the weight is detached: no gradient reaches it."""
     xf = x.float()
     return weight.detach() * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
+def gated_norm(x, weight, gate, eps):
+    """A gated RMSNorm for Qwen3-Next's linear attention: normalize in float32, round, gain, then silu(gate)
+    in float32, one more rounding."""
+    xf = x.float()
+    y = weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    return (y * torch.nn.functional.silu(gate.float())).to(x.dtype)
 # --8<-- [end:more_norms]

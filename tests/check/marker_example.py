@@ -6,7 +6,7 @@ from reference_impl.check import check_case
 from reference_impl.studies.check_example_norms import gemma_rms_norm as my_rms_norm  # your function here
 
 
-@pytest.mark.norm_model("gemma3_text", dtypes=("bf16",))
+@pytest.mark.norm_model("gemma3_text", dtypes=("bf16",), widths=(33, 64, 127))
 def test_my_norm(norm_case):
     check_case(my_rms_norm, norm_case, grads=False)
 # --8<-- [end:marker]
@@ -14,4 +14,4 @@ def test_my_norm(norm_case):
 
 def test_with_the_fixture(norm_check):
     """The plugin's norm_check fixture is check_norm."""
-    assert norm_check(my_rms_norm, model="gemma3_text", dtypes=("bf16",), grads=False).ok
+    assert norm_check(my_rms_norm, model="gemma3_text", dtypes=("bf16",), widths=(33,), grads=False).ok

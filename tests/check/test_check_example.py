@@ -52,7 +52,8 @@ def test_the_page_shows_what_each_feature_says():
     assert f["sum_in_half"]["diagnosis"].startswith("the sum of squares is accumulated in bfloat16")
     assert f["blocked_sum"]["findings"] == ["bits_within_bound"] and "bits=False" in f["blocked_sum"]["diagnosis"]
     assert f["blocked_sum_no_bits"]["ok"] and not f["blocked_sum"]["ok"]
-    assert f["split_by_batch"]["findings"] == ["batch_variant"]
+    assert f["split_by_batch"]["findings"][0] == "batch_variant"
+    assert f["gated_norm"]["ok"] and "gated_rms_norm.qwen3_next (silu) bit for bit" in f["gated_norm"]["diagnosis"]
     assert f["detached_weight"]["findings"] == ["missing_grad"]
     assert f["detached_weight_forward_only"]["ok"]
     assert f["detached_weight_forward_only"]["notes"] == ["forward-only: gradients not checked"]

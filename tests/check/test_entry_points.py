@@ -67,7 +67,7 @@ def test_the_pytest_plugin_expands_into_one_test_per_case(tmp_path):
     shutil.copy(HERE / "marker_example.py", tmp_path / "test_mine.py")
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *_plugin_args(),
                         "--norm-impl", "user_norms:rounds_before_gain", "--norm-model", "gemma3_text",
-                        "--norm-dtypes", "bf16", "--norm-no-grads", "test_mine.py"],
+                        "--norm-dtypes", "bf16", "--norm-no-grads", "--norm-widths", "33,64,127", "test_mine.py"],
                        cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=300)
     out = p.stdout
     assert p.returncode == 1, out + p.stderr
@@ -95,13 +95,15 @@ def test_the_plugin_options_and_its_usage_errors(tmp_path, monkeypatch, capsys):
 
     code, out = run("--norm-model", "gemma3_text", "--norm-dtypes", "bf16", "--norm-weight-dtypes", "x",
                     "--norm-no-grads", "--norm-no-bits", "--norm-batch-invariant", "--norm-eps", "1e-5",
-                    "--norm-convention", "rms_norm.gemma", "--norm-device", "cpu")
-    assert code == 0 and "12 passed" in out, out[-2000:]
+                    "--norm-convention", "rms_norm.gemma", "--norm-device", "cpu", "--norm-widths", "33")
+    assert code == 0 and "6 passed" in out, out[-2000:]
     for args, msg in ((("--norm-model", "gemma99"), "unknown model 'gemma99': did you mean"),
                       (("--norm-model", "qwen3", "--norm-eps", "inf"), "--norm-eps must be a finite number >= 0"),
                       (("--norm-model", "qwen3", "--norm-device", "banana"), "unknown device 'banana'"),
                       (("--norm-model", "qwen3", "--norm-dtypes", ""), "dtypes is empty"),
-                      (("--norm-convention", "fused_add_layer_norm"), "'fused_add_layer_norm' is none of them")):
+                      (("--norm-convention", "fused_add_layer_norm"), "'fused_add_layer_norm' is none of them"),
+                      (("--norm-model", "qwen3", "--norm-widths", "0"), "--norm-widths takes positive integers"),
+                      (("--norm-model", "qwen3", "--norm-class", "banana"), "qwen3 has no norm 'banana'")):
         code, out = run(*args)
         assert code == 4, (args, code, out[-1500:])
         assert msg in out and "INTERNALERROR" not in out and "Traceback" not in out, (args, out[-1500:])
