@@ -54,12 +54,14 @@ class Target:
 def _kind_of(entry: str) -> str:
     if entry.startswith(("rms_norm", "qk_norm", "fused_add_rms")):
         return "rms"
-    if entry.startswith(("layer_norm", "fused_add_layer")):
+    if entry.startswith("layer_norm"):
         return "layer"
     if entry in ("l2_norm", "llama4_l2_norm"):
         return "l2"
+    hint = ("; a fused residual add is checked with residual=True (--residual) against an RMSNorm convention"
+            if entry.startswith("fused_add") else "")
     raise ValueError(f"the kit checks RMSNorm (also QK-norm and the fused residual add), LayerNorm and L2 norms; "
-                     f"catalog entry {entry!r} is none of them")
+                     f"catalog entry {entry!r} is none of them{hint}")
 
 
 def _entry_for(convention: str) -> tuple[str, str]:
@@ -210,6 +212,51 @@ def _from_checkpoint(repo: str, index: dict) -> Target:
         f"checkpoint {repo} (model type {c['model_type']}): {read}; it sets {sets}; the norm from {target.source}")})
 
 
+def _squash(name: str) -> str:
+    """A name without case and separators: "Gemma3-Text", "gemma3 text" and "gemma3_text" are one name."""
+    return "".join(ch for ch in name.lower() if ch not in "-_ ./")
+
+
+def _index_key(model: str, index: dict) -> str | None:
+    """The census's model type that ``model`` names, whatever its case and separators (None: none)."""
+    if model in index["models"]:
+        return model
+    want = _squash(model)
+    hits = [k for k in index["models"] if _squash(k) == want]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _similar(model: str, names) -> list[str]:
+    """Up to five names most like ``model`` (difflib's ratio on the squashed names), best first."""
+    import difflib
+
+    by = {}
+    for n in names:
+        by.setdefault(_squash(n), n)
+    return [by[k] for k in difflib.get_close_matches(_squash(model), list(by), n=5, cutoff=0.6)]
+
+
+def _warn_version(index: dict) -> None:
+    """Warn once per process when the installed transformers is not the one the census index was written
+    with (its classes and defaults may have changed)."""
+    import importlib.metadata
+    import warnings
+
+    written = index.get("transformers")
+    try:
+        installed = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        return
+    if written and installed != written and (written, installed) not in _WARNED:
+        _WARNED.add((written, installed))
+        warnings.warn(f"the census index was written with transformers {written}, and transformers {installed} is "
+                      "installed: the model's norm class or defaults may differ; rerun python -m "
+                      "reference_impl.studies.census", UserWarning, stacklevel=3)
+
+
+_WARNED: set = set()
+
+
 def resolve(model: str | None = None, convention: str | None = None, eps: float | None = None) -> Target:
     """The target for ``model`` (a transformers model type such as ``"gemma3_text"``, a family name such
     as ``"Gemma 3"``, or a released checkpoint's repository id such as ``"meta-llama/Llama-3.1-8B"``: its eps
@@ -225,16 +272,20 @@ def resolve(model: str | None = None, convention: str | None = None, eps: float 
         repo = _checkpoint_id(model, index)
         if repo is not None:
             target = _from_checkpoint(repo, index)
-        elif index is not None and model in index["models"]:
-            target = _from_index(model, index["models"][model], index.get("transformers", "?"))
+        elif index is not None and _index_key(model, index) is not None:
+            key = _index_key(model, index)
+            _warn_version(index)
+            target = _from_index(key, index["models"][key], index.get("transformers", "?"))
         else:
             target = _from_families(model)
             if target is None:
                 from .. import families as fam
 
-                listed = sorted(index["models"]) if index else []
-                hint = (f"the census lists {len(listed)} model types, e.g. {', '.join(listed[:8])}" if listed
-                        else "no census index is installed; known model types: " + ", ".join(sorted(fam.NAMES)))
+                listed = sorted(index["models"]) if index else sorted(fam.NAMES)
+                near = _similar(model, listed)
+                hint = (f"did you mean {', '.join(near)}? " if near else "") + (
+                    f"the census lists {len(listed)} model types (python -m reference_impl.check --list)" if index
+                    else "no census index is installed; known model types: " + ", ".join(listed))
                 raise ValueError(f"unknown model {model!r}: {hint}")
     if convention is not None:
         entry, placement = _entry_for(convention)
