@@ -14,6 +14,7 @@ fixed (long timing studies hash their sources) or were written before this rule.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Callable
 
@@ -128,13 +129,19 @@ def relation_of(spec, table: dict | None = None) -> Relation | None:
     ``RELATIONS`` of the module that declares the entry, else in :data:`RELATIONS`."""
     if table is not None:
         return table.get(spec.name)
-    from . import CATALOG, declared_in
+    home = _declaring_module(spec)
+    own = getattr(home, "RELATIONS", {}) if home is not None else {}
+    return own[spec.name] if spec.name in own else RELATIONS.get(spec.name)
 
-    if spec.name in CATALOG and CATALOG[spec.name] is spec:
-        own = getattr(declared_in(spec.name), "RELATIONS", {})
-        if spec.name in own:
-            return own[spec.name]
-    return RELATIONS.get(spec.name)
+
+def _declaring_module(spec):
+    """The already imported module of this package whose ``SPECS`` holds this very spec, or None (a scratch
+    entry). Found in ``sys.modules`` rather than through the catalog, which imports this module."""
+    prefix = __name__.rpartition(".")[0] + "."
+    for name, module in list(sys.modules.items()):
+        if name.startswith(prefix) and any(s is spec for s in getattr(module, "SPECS", ())):
+            return module
+    return None
 
 
 def float64_math(spec):

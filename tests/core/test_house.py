@@ -164,15 +164,8 @@ def test_the_symbolic_package_imports_nothing_above_it():
     assert not any(up.values()), f"symbolic/ imports from above it: {up}"
 
 
-# Circles this test knows of and lets stand until they are broken, each with why; any other circle fails.
-# The catalog imports every module of norms/ to find SPECS, and relations.relation_of imports the catalog
-# (inside the function) to find the module declaring an entry: breaking it means handing relation_of the
-# declaring module (or the catalog) from its callers.
-KNOWN_CIRCLES = [["reference_impl.norms", "reference_impl.norms.relations"]]
-
-
 def test_no_import_circle_among_the_package_modules():
-    cycles = [c for c in import_cycles(import_graph()) if c not in KNOWN_CIRCLES]
+    cycles = import_cycles(import_graph())
     assert not cycles, "import circles (break each by moving the shared part into a module both import):\n" + \
         "\n".join(" <-> ".join(c) for c in cycles)
 
