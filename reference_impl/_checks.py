@@ -35,8 +35,9 @@ def check_dense(t: torch.Tensor, name: str) -> None:
                          "(e.g. .to_dense(), or normalize each nested component)")
 
 
-def check_param(p, x: torch.Tensor, name: str) -> None:
-    """A gain or bias must be a 1-D float tensor of length x.shape[-1], on x's device."""
+def check_param(p, x: torch.Tensor, name: str, shape: tuple | None = None, *, what: str = "") -> None:
+    """A gain or bias must be a float tensor on x's device, of shape ``shape``: by default 1-D of length
+    x.shape[-1]. ``what`` says what the shape holds, for the error (e.g. "a gain per head")."""
     if p is None:
         return
     if not isinstance(p, torch.Tensor):
@@ -44,7 +45,10 @@ def check_param(p, x: torch.Tensor, name: str) -> None:
     check_dense(p, name)
     if p.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name} has dtype {p.dtype}; expected one of float16, bfloat16, float32, float64")
-    if tuple(p.shape) != (x.shape[-1],):
+    if shape is not None:
+        if tuple(p.shape) != tuple(shape):
+            raise ValueError(f"{name} has shape {tuple(p.shape)}; {what or 'it'} needs shape {tuple(shape)}")
+    elif tuple(p.shape) != (x.shape[-1],):
         raise ValueError(
             f"{name} has shape {tuple(p.shape)} but the normalized (last) dimension of x has size "
             f"{x.shape[-1]}; expected shape ({x.shape[-1]},)"

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ._checks import check_input
 from .norms.rms_norm import rms_norm
 
 # --------------------------------------------------------------------------------------------- layout
@@ -393,6 +394,11 @@ def logit_bound(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
 
 def worked_example(x=(1.0, 2.0, 3.0, 6.0)) -> dict:
     """A four-number row by hand (eps = 0): its mean, mean square, variance, LayerNorm and RMSNorm."""
+    if isinstance(x, torch.Tensor):
+        check_input(x)
+        if x.dim() != 1:
+            raise ValueError(f"x must be one row (a 1-D tensor), got shape {tuple(x.shape)}")
+        x = tuple(x.tolist())
     v = torch.tensor(x, dtype=torch.float64)
     mu, ms = float(v.mean()), float(v.pow(2).mean())
     var = float((v - mu).pow(2).mean())

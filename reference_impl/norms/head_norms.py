@@ -34,7 +34,7 @@ import torch.nn.functional as F
 
 from .. import symbolic as S
 from .. import tolerances as _tol
-from .._checks import check_eps, check_input, compute_dtype, eps_limit
+from .._checks import check_eps, check_input, check_param, compute_dtype, eps_limit
 from ._bounds import rms_like, u
 from .spec import BadInput, NormSpec, common_bad, randn, replace_input, set_param
 
@@ -64,15 +64,7 @@ def _check_heads(x, weight, bias, name="x"):
     if x.dim() < 2:
         raise ValueError(f"{name} must be (..., heads, head_dim); got shape {tuple(x.shape)}")
     for p, pname in ((weight, "weight"), (bias, "bias")):
-        if p is None:
-            continue
-        if not isinstance(p, torch.Tensor):
-            raise TypeError(f"{pname} must be a torch.Tensor or None, got {type(p).__name__}")
-        if not p.is_floating_point():
-            raise TypeError(f"{pname} has dtype {p.dtype}; expected a float dtype")
-        if tuple(p.shape) != tuple(x.shape[-2:]):
-            raise ValueError(f"{pname} has shape {tuple(p.shape)}; a gain per head needs (heads, head_dim) = "
-                             f"{tuple(x.shape[-2:])}")
+        check_param(p, x, pname, tuple(x.shape[-2:]), what="a gain per head (heads, head_dim)")
 
 
 LN_HEAD_ORDERS = ("stablelm", "chameleon", "cohere")
@@ -118,9 +110,7 @@ def layer_qk_norm(q, k, q_weight, q_bias, k_weight, k_bias, eps=1e-5):
     for t, w, b, name in ((q, q_weight, q_bias, "q"), (k, k_weight, k_bias, "k")):
         check_input(t, name)
         for p, pname in ((w, f"{name}_weight"), (b, f"{name}_bias")):
-            if p is not None and tuple(p.shape) != (t.shape[-1],):
-                raise ValueError(f"{pname} has shape {tuple(p.shape)}; expected ({t.shape[-1]},), one value per "
-                                 "feature of a head")
+            check_param(p, t, pname)  # (head_dim,), float, on the device of its tensor
         out.append(F.layer_norm(t, t.shape[-1:], w, b, check_eps(eps, max_value=eps_limit(compute_dtype(t)))))
     return out[0], out[1]
 # --8<-- [end:layer_qk_norm]

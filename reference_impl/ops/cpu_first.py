@@ -32,4 +32,7 @@ def rms_norm_first(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> 
                         f"{type(weight).__name__}")
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         raise TypeError(f"rms_norm_first: eps must be a number, got {type(eps).__name__}")
+    for t, name in ((x, "x"), (weight, "weight")):  # the kernel checks the rest (shapes, dtype, eps)
+        if t.device.type != "cpu":
+            raise ValueError(f"rms_norm_first: x and weight must be CPU tensors; {name} is on device {t.device}")
     return load_extension(NAME, SOURCES, extra_cflags=CFLAGS, is_python_module=True).rms_norm_first(x, weight, float(eps))
