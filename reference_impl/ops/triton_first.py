@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .._checks import check_norm_args
+
 MAX_D = 16384
 
 
@@ -33,6 +35,7 @@ def rms_norm_row(x_ptr, w_ptr, y_ptr, row_stride, d, eps, BLOCK: tl.constexpr):
 
 # --8<-- [start:first_launch]
 def rms_norm_first(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    eps = check_norm_args(x, weight, eps)  # x, the gain and eps, as every norm of the package checks them
     d = x.shape[-1]
     if not 0 < d <= MAX_D:
         raise ValueError(f"rms_norm_first: the row length must be 1..{MAX_D}, got {d}")

@@ -22,6 +22,7 @@ import importlib
 import inspect
 import math
 import pkgutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -163,33 +164,36 @@ def test_the_walk_finds_the_public_callables():
     assert set(KNOWN_GAPS) <= names, sorted(set(KNOWN_GAPS) - names)
 
 
-@pytest.mark.parametrize("name", sorted(CALLABLES))
-def test_bad_input_gets_a_clear_error(name, request):
-    entry = CALLABLES[name]
-    if name in KNOWN_GAPS:
-        request.applymarker(pytest.mark.xfail(reason=KNOWN_GAPS[name], strict=True))
+class CannotRun(Exception):
+    """The callable needs hardware this machine lacks (a CUDA device, or Triton without its interpreter)."""
+
+
+def _with_convention(entry):
+    """The entry with the first convention the callable takes, when it takes one."""
+    if "convention" not in [p.name for p in entry[1]]:
+        return entry
+    for convention in CONVENTIONS:
+        try:
+            call(entry, convention=convention)
+        except ValueError as e:
+            if "convention" in str(e):
+                continue
+        # taken (or refused for another reason, which the good call then reports)
+        return (*entry[:3], {**entry[3], "convention": convention})
+    return entry
+
+
+def problems(name: str) -> list[str]:
+    """What each standard bad input does wrong for one callable (empty: every one gets a clear error)."""
     try:
-        if "convention" in [p.name for p in entry[1]]:  # the first convention the callable takes
-            for convention in CONVENTIONS:
-                try:
-                    call(entry, convention=convention)
-                except ValueError as e:
-                    if "convention" not in str(e):
-                        raise
-                else:
-                    entry = (*entry[:3], {**entry[3], "convention": convention})
-                    break
+        entry = _with_convention(CALLABLES[name])
         call(entry)
     except LookupError as e:
-        pytest.fail(f"the walk has no good value for the required parameter {e.args[0]!r}: add one to good()")
-    except ValueError as e:
-        if "CUDA" in str(e) or "Triton" in str(e) or "TRITON" in str(e):
-            pytest.skip(f"cannot run here: {str(e)[:120]}")
-        raise
-    except RuntimeError as e:
-        if "driver" in str(e) or "CUDA" in str(e):
-            pytest.skip(f"cannot run here: {str(e)[:120]}")
-        raise
+        return [f"the walk has no good value for the required parameter {e.args[0]!r}: add one to good()"]
+    except (ValueError, RuntimeError) as e:
+        if any(w in str(e) for w in ("CUDA", "Triton", "TRITON", "driver")):
+            raise CannotRun(str(e)[:160]) from None
+        return [f"the good call failed: {type(e).__name__}: {str(e)[:160]}"]
     wrong = []
     for case, (bad, words) in bad_inputs(entry[1], entry[3]).items():
         try:
@@ -201,4 +205,46 @@ def test_bad_input_gets_a_clear_error(name, request):
             wrong.append(f"{case}: {type(e).__name__}: {str(e)[:100]}")
         else:
             wrong.append(f"{case}: no error (a silent answer)")
+    return wrong
+
+
+TRITON = sorted(n for n in CALLABLES if ".ops.triton_" in n)
+
+
+@pytest.mark.parametrize("name", sorted(CALLABLES))
+def test_bad_input_gets_a_clear_error(name, request):
+    if name in KNOWN_GAPS:
+        request.applymarker(pytest.mark.xfail(reason=KNOWN_GAPS[name], strict=True))
+    try:
+        wrong = problems(name)
+    except CannotRun as e:
+        where = " (walked under the interpreter by the test below)" if name in TRITON else ""
+        pytest.skip(f"cannot run here{where}: {e}")
     assert not wrong, f"{name}:\n" + "\n".join(wrong)
+
+
+_CHILD = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("walk", sys.argv[1])
+walk = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(walk)
+print(json.dumps({name: walk.problems(name) for name in walk.TRITON}))
+"""
+
+
+def test_the_triton_callables_under_the_interpreter():
+    """The Triton ops and Functions, walked in a child process with ``TRITON_INTERPRET=1`` (Triton reads it
+    when it is imported), so they run on CPU tensors here as they do compiled on a GPU."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    assert len(TRITON) >= 8, TRITON
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    proc = subprocess.run([sys.executable, "-c", _CHILD, __file__], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sorted(found) == TRITON
+    assert not any(found.values()), {n: w for n, w in found.items() if w}

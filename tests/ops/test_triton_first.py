@@ -41,7 +41,7 @@ try:
     rms_norm_first(torch.zeros(2, 8), torch.ones(7))
     out.append({"case": "bad weight", "raised": False})
 except ValueError as e:
-    out.append({"case": "bad weight", "raised": "weight must have shape" in str(e)})
+    out.append({"case": "bad weight", "raised": "weight has shape (7,)" in str(e) and "(8,)" in str(e)})
 print(json.dumps(out))
 """
 
