@@ -9,7 +9,7 @@ convention ``"banana"``. Each bad call must raise TypeError or ValueError whose 
 (never a crash from deep inside torch, an out-of-bounds read, or a silent answer).
 
 Left out, by package: ``studies`` and ``check`` (commands with their own argument parsing), ``symbolic``
-(SymPy, no tensors), ``ops.rsqrt`` (the rsqrt study's elementwise op: no row, gain or eps), ``standalone`` (self-contained copies of each model family's code, which read
+(SymPy, no tensors), ``tiny_lm`` (the training study's model: its input is token ids), ``ops.rsqrt`` (the rsqrt study's elementwise op: no row, gain or eps), ``standalone`` (self-contained copies of each model family's code, which read
 exactly as the model's modeling file does and import nothing of the package), ``oracle`` (NumPy float64
 arrays) and ``tolerances`` (bounds computed from inputs the callers have checked). A callable that cannot
 run here (a CUDA or Triton kernel on a machine without them) is skipped, and says why.
@@ -31,7 +31,7 @@ import torch.distributed as dist
 import reference_impl
 
 D = 8
-LEFT_OUT = {"studies", "check", "symbolic", "standalone", "oracle", "tolerances", "provenance", "rsqrt"}
+LEFT_OUT = {"studies", "check", "symbolic", "standalone", "oracle", "tolerances", "provenance", "rsqrt", "tiny_lm"}
 FIRST = ("x", "q", "x_local")
 VECTORS = {"weight", "w", "q_weight", "k_weight", "bias", "q_bias", "k_bias", "weight_local", "bias_local"}
 MISSING = inspect.Parameter.empty
@@ -88,13 +88,20 @@ def discover() -> dict[str, tuple]:
     return found
 
 
+def discover_modules() -> dict[str, type]:
+    """dotted name -> every public ``torch.nn.Module`` class of the walked modules."""
+    return {f"{mod.__name__}.{name}": value for mod in _modules() for name, value in vars(mod).items()
+            if not name.startswith("_") and inspect.isclass(value) and issubclass(value, torch.nn.Module)
+            and value.__module__ == mod.__name__}
+
+
 def good(name: str):
     """A good value for a parameter the callable requires, by its name (MISSING when the name is unknown)."""
     if name in ("x", "q", "k", "residual", "gate", "x_local"):
         return torch.randn(2, D, dtype=torch.float32)
     if name in VECTORS:
         return torch.rand(D) + 0.5
-    table = {"g": torch.tensor([2.0]), "eps": 1e-6, "alpha": torch.tensor(0.5), "shift": torch.tensor(0.1),
+    table = {"g": torch.tensor([2.0]), "eps": 1e-6, "d": D, "alpha": torch.tensor(0.5), "shift": torch.tensor(0.1),
              "convention": "reference", "placement": "inside", "gs": D // 2, "k": D // 2, "head_dim": D,
              "block_size": None, "res_fp32": False, "eps_placement": "inside"}
     return table.get(name, MISSING)
@@ -248,3 +255,27 @@ def test_the_triton_callables_under_the_interpreter():
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     assert sorted(found) == TRITON
     assert not any(found.values()), {n: w for n, w in found.items() if w}
+
+
+MODULES = discover_modules()
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_a_norm_module_refuses_a_bad_input(name):
+    """Each public nn.Module, built from its constructor's parameter names, refuses a 0-d x, an int32 x and
+    a row of the wrong length with a TypeError/ValueError that names the problem."""
+    cls = MODULES[name]
+    params = [p for p in list(inspect.signature(cls.__init__).parameters.values())[1:] if p.default is MISSING]
+    args = {p.name: good(p.name) for p in params}
+    assert MISSING not in args.values(), f"no good value for {[n for n, v in args.items() if v is MISSING]}"
+    module = cls(**args)
+    module(torch.randn(2, D))
+    for x, words in ((torch.tensor(1.0), ("0-d",)), (torch.randint(0, 3, (2, D), dtype=torch.int32), ("dtype",)),
+                     (torch.randn(2, D - 1), ("shape", "size"))):
+        with pytest.raises((TypeError, ValueError)) as err:
+            module(x)
+        assert any(w in str(err.value) for w in words), str(err.value)
+
+
+def test_the_module_walk_finds_the_norm_modules():
+    assert {"reference_impl.norms.dyt.DyT", "reference_impl.norms.derf.Derf"} <= set(MODULES), sorted(MODULES)
