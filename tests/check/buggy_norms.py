@@ -129,16 +129,8 @@ BUGS = [
 ]
 
 
-def qwen3_batch_dependent(x, weight, eps):
-    """Splits the sum of squares in two halves when the batch is large (as a kernel picking its split by the
-    number of rows would): the same row gives other bits alone and in a batch of 64."""
-    xf = x.float()
-    if x.shape[0] >= 32:
-        h = x.shape[-1] // 2
-        ms = (xf[..., :h].pow(2).sum(-1, keepdim=True) + xf[..., h:].pow(2).sum(-1, keepdim=True)) / x.shape[-1]
-    else:
-        ms = xf.pow(2).mean(-1, keepdim=True)
-    return weight * (xf * torch.rsqrt(ms + eps)).to(x.dtype)
+# a kernel that picks its split by the number of rows: the page's example function
+from reference_impl.studies.check_example_norms import split_by_batch as qwen3_batch_dependent  # noqa: E402
 
 
 BUGS.append(("qwen3", qwen3_batch_dependent, {"dtypes": ("fp32",), "grads": False, "batch_invariant": True, "widths": SMALL},

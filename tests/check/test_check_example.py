@@ -40,7 +40,7 @@ def test_the_page_shows_what_the_kit_says_about_the_wrong_variants():
 
 
 @pytest.mark.guards("check.example", "check.diagnosis")
-@pytest.mark.parametrize("name", ["sum_in_half", "blocked_sum", "split_by_batch", "detached_weight_forward_only"])
+@pytest.mark.parametrize("name", ["sum_in_half", "blocked_sum"])
 def test_each_feature_on_the_page_reproduces(name):
     fresh = E.run_feature(*E.FEATURES[name])
     assert fresh == DATA["features"][name]
