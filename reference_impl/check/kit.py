@@ -49,17 +49,19 @@ class Case:
         return self.id
 
 
-def plan(target: Target, dtypes=DTYPES, weight_dtypes=None, widths=WIDTHS, scales=SCALES, residual=False,
+def plan(target: Target, dtypes=DTYPES, weight_dtypes=None, widths=None, scales=SCALES, residual=False,
          device="cpu", seed=0, wide=None) -> list[Case]:
     """Every input of a check: each x dtype with each gain dtype (default: x's own half dtype, as a
     checkpoint stores it, and float32; ``"x"``: the gain in x's dtype), odd and even widths, each scale;
     plus, per dtype pair, x as a strided view and as a 3-d ``(2, 2, d)`` tensor (a QK-norm's
-    ``(tokens, heads, head_dim)``). ``wide`` (default: when ``widths`` is left at its default) adds the wide
+    ``(tokens, heads, head_dim)``). ``widths=None``: the small widths :data:`WIDTHS`, and then ``wide``
+    (default: when ``widths`` is not given; ``widths=WIDTHS`` gives the small probes alone) adds the wide
     probes of :mod:`reference_impl.check.probes`: widths 1 to 8192 and the model's own sizes, 64 rows each at
     scales from below eps to the overflow edge."""
     from . import probes as P
 
-    wide = (widths is WIDTHS) if wide is None else wide
+    wide = (widths is None) if wide is None else wide
+    widths = WIDTHS if widths is None else widths
     cases = []
     bias = target.bias
     gated = target.kind == "gated_rms"
@@ -343,7 +345,7 @@ def diagnose(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weight
 
 
 def check_norm(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weight_dtypes=None, device="cpu",
-               grads=True, bits=True, residual=False, widths=WIDTHS, scales=SCALES, use_hf=True, strict_dtype=True,
+               grads=True, bits=True, residual=False, widths=None, scales=SCALES, use_hf=True, strict_dtype=True,
                batch_invariant=False, norm=None, raise_on_failure=True) -> Report:
     """Check ``fn`` (a function or an ``nn.Module``, called as the module docstring says) against a model's
     norm, and return a :class:`~reference_impl.check.report.Report`; raise
@@ -358,7 +360,8 @@ def check_norm(fn, model=None, *, convention=None, eps=None, dtypes=DTYPES, weig
     only the float64 bound). ``grads``: compare autograd gradients (through a module's own parameters) with
     float64 within the derived bound; a gradient that does not reach x, the weight or the bias fails.
     ``residual``: ``fn`` is a fused residual add + norm. ``strict_dtype``: a result in another dtype than
-    the module's fails. ``widths``/``scales``: the probes' row widths and the scales of x.
+    the module's fails. ``widths``/``scales``: the probes' row widths and the scales of x (``widths`` not
+    given: the small probes and the wide ones).
     ``batch_invariant``: also require, on each contiguous case, the same bits for a row (and its gradient)
     alone, at any position of batches of other sizes and between padding rows, and for repeated calls
     (:mod:`reference_impl.check.consistency`). ``norm``: one norm of the model, by class
