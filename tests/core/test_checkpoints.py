@@ -87,7 +87,7 @@ CENSUS = REPO / "docs" / "data" / "census.json"
 def test_every_checkpoint_value_names_where_it_was_read():
     sources = LIST["sources"]
     rows = LIST["checkpoints"]
-    assert len({r["repo"] for r in rows}) == len(rows), "a repository listed twice"
+    read = {}   # (repo, field) -> the sources that gave it
     for r in rows:
         assert REPO_ID.match(r["repo"]) and r["model_type"], r
         for field, (value, where) in r["values"].items():
@@ -96,6 +96,11 @@ def test_every_checkpoint_value_names_where_it_was_read():
             assert isinstance(value, (bool, float)) or value is None, (r["repo"], field, value)
             if source == "litgpt":
                 assert re.search(r"line \d+", detail), (r["repo"], field, "a LitGPT value names its line")
+            if source == "github":   # owner/name@commit:path, line N
+                assert re.match(r"[\w.-]+/[\w.-]+@[0-9a-f]{40}:\S+, line \d+ \(", detail), (r["repo"], field, detail)
+            read.setdefault((r["repo"], field), []).append(source)
+    # a repository comes back only with another document's reading: never the same source twice for a field
+    assert all(len(s) == len(set(s)) for s in read.values()), [k for k, s in read.items() if len(s) != len(set(s))]
 
 
 def test_the_data_file_is_the_table_resolved_under_the_census():
@@ -113,7 +118,11 @@ def test_two_sources_are_compared_and_a_disagreement_is_shown():
     assert {(x["source"], x["value"]) for x in gemma["readings"]} == {("hub", 1e-6), ("litgpt", 1e-5)}
     assert gemma["agree"] is False and gemma["value"] == 1e-6   # the Hub's config.json is listed first
     qwen = rows["Qwen/Qwen3-8B"]["values"]["rms_norm_eps"]
-    assert len(qwen["readings"]) == 2 and qwen["agree"] is True
+    assert [x["source"] for x in qwen["readings"]] == ["hub", "litgpt", "github"] and qwen["agree"] is True
+    # LitGPT leaves Gemma 3 1B's norm_eps at its Config default; a copy of the config.json says 1e-6
+    g1 = rows["google/gemma-3-1b-it"]["values"]["rms_norm_eps"]
+    assert [(x["source"], x["value"]) for x in g1["readings"]] == [("github", 1e-6), ("litgpt", 1e-5)]
+    assert g1["agree"] is False and rows["google/gemma-3-1b-it"]["eps"] == 1e-6
 
 
 def test_a_checkpoint_setting_a_variant_gets_that_variants_structure():
@@ -123,6 +132,9 @@ def test_a_checkpoint_setting_a_variant_gets_that_variants_structure():
     assert opt["variants_set"] == ["do_layer_norm_before"] and opt["structure"]["placement"] != "pre"
     assert rows["facebook/opt-6.7b"]["structure"]["placement"] == "pre"
     assert rows["tiiuae/falcon-40b"]["variants_set"] == ["new_decoder_architecture"]
+    olmo17 = rows["allenai/OLMo-1.7-7B-hf"]   # clip_qkv 8.0 in its training configuration
+    assert olmo17["variants_set"] == ["clip_qkv"] and olmo17["structure"]["clip"] is True
+    assert rows["allenai/OLMo-7B-hf"]["structure"]["clip"] is False
     census = {m["model_type"]: m for m in json.loads(CENSUS.read_text())["models"]}
     flags = {(m, v["flag"]) for m, r in census.items() for v in r["variants"]}
     assert {(c["model_type"], c["flag"]) for c in data["variant_coverage"]} == flags
