@@ -36,6 +36,8 @@ import torch.nn.functional as F
 from .. import distributed as D
 from .. import oracle, provenance, symbolic
 from . import diagrams as Dg
+from . import distributed_machines
+from .machine import cpu_identity, machine_key
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = REPO / "docs" / "data" / "distributed.json"
@@ -344,7 +346,8 @@ def measure(quick: bool) -> dict:
     cfg = (dict(rows=64, d=63, reps=3, inner=2, ws_rows=8, ws_d=63) if quick else
            dict(rows=4096, d=1023, reps=7, inner=4, ws_rows=64, ws_d=1023))
     prov = provenance.record(COMMAND, SOURCES, quick=quick, packages=("torch", "numpy", "transformers"),
-                             machine_extra={"torch_threads": 1})
+                             machine_extra={"torch_threads": 1, "cpu_identity": (ident := cpu_identity()),
+                                            "machine_key": machine_key(ident)})
     worlds = {}
     with tempfile.TemporaryDirectory() as tmp:
         for p in WORLDS:
@@ -446,6 +449,9 @@ def main(argv=None) -> None:
         raise SystemExit(1)
     provenance.write_json(args.out, data)
     print(f"wrote {args.out} in {data['provenance'].get('duration_s')} s")
+    if not args.quick and args.out.resolve() == OUT.resolve():
+        # the timings are this machine's: file the run beside the other machines' (replacing only its own)
+        print(f"filed this machine's run as {distributed_machines.write(data)}")
 
 
 if __name__ == "__main__":
