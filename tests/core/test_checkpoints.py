@@ -135,6 +135,9 @@ def test_a_checkpoint_setting_a_variant_gets_that_variants_structure():
     olmo17 = rows["allenai/OLMo-1.7-7B-hf"]   # clip_qkv 8.0 in its training configuration
     assert olmo17["variants_set"] == ["clip_qkv"] and olmo17["structure"]["clip"] is True
     assert rows["allenai/OLMo-7B-hf"]["structure"]["clip"] is False
+    glm, air = rows["zai-org/GLM-4.5"], rows["zai-org/GLM-4.5-Air"]   # use_qk_norm true in one, false in the other
+    assert glm["variants_set"] == ["use_qk_norm"] and air["variants_set"] == []
+    assert glm["structure"]["qk_norm"] != air["structure"]["qk_norm"] == "none"
     census = {m["model_type"]: m for m in json.loads(CENSUS.read_text())["models"]}
     flags = {(m, v["flag"]) for m, r in census.items() for v in r["variants"]}
     assert {(c["model_type"], c["flag"]) for c in data["variant_coverage"]} == flags
