@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -149,19 +150,22 @@ def test_a_run_replaces_its_own_machines_file_only(tmp_path):
 
 
 def test_a_corrupt_or_misnamed_machine_file_fails_naming_it(tmp_path):
-    good = json.dumps(_fake_run("vendor-a-2c"))
-    (tmp_path / "vendor-a-2c.json").write_text(good[: len(good) // 2])
-    with pytest.raises(schemas.DataFileError, match=r"vendor-a-2c\.json is not valid JSON"):
+    # the committed run's own key: a made-up key would contradict the CPU identity beside it, which the
+    # consistency checks refuse before the file name is looked at
+    key = BENCH["provenance"]["machine"]["machine_key"]
+    good = json.dumps(_fake_run(key))
+    (tmp_path / f"{key}.json").write_text(good[: len(good) // 2])
+    with pytest.raises(schemas.DataFileError, match=re.escape(f"{key}.json is not valid JSON")):
         archive.archived(tmp_path)
-    (tmp_path / "vendor-a-2c.json").write_text(good)
+    (tmp_path / f"{key}.json").write_text(good)
     (tmp_path / "other.json").write_text(good)
-    with pytest.raises(schemas.DataFileError, match=r"other\.json: holds the run of machine 'vendor-a-2c'"):
+    with pytest.raises(schemas.DataFileError, match=re.escape(f"other.json: holds the run of machine '{key}'")):
         archive.archived(tmp_path)
     (tmp_path / "other.json").unlink()
     bad = json.loads(good)
     bad["results"][0]["gbps"] = "fast"
-    (tmp_path / "vendor-a-2c.json").write_text(json.dumps(bad))
-    with pytest.raises(schemas.DataFileError, match=r"(?s)vendor-a-2c\.json does not match.*results\.0"):
+    (tmp_path / f"{key}.json").write_text(json.dumps(bad))
+    with pytest.raises(schemas.DataFileError, match=r"(?s)" + re.escape(f"{key}.json does not match") + r".*results\.0"):
         archive.archived(tmp_path)
 
 
