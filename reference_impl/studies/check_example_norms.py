@@ -28,6 +28,9 @@ def eps_outside(x, weight, eps):
 
 
 # --8<-- [start:more_norms]
+import torch  # again: this part is shown on its own, so it carries its import
+
+
 def sum_in_half(x, weight, eps):
     """Wrong for Qwen3 (Llama's order): the mean of squares is taken in x's dtype."""
     ms = x.pow(2).mean(-1, keepdim=True)
