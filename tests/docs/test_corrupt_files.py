@@ -151,17 +151,7 @@ def test_the_build_refuses_an_implausible_data_file_naming_file_and_field(tmp_pa
     """The site build's own path: site_hooks.data.validated() over a data folder holding the corrupted copy."""
     from site_hooks import data as site_data
 
-    text = (DATA / name).read_text()
-    if isinstance(edit, tuple):
-        assert edit[1] in text, f"the fixture expects {name} to hold {edit[1]}"
-        text = text.replace(edit[1], edit[2], 1)
-    else:
-        data = json.loads(text)
-        edit(data)
-        text = json.dumps(data, indent=1)
-    folder = tmp_path / "data"
-    folder.mkdir()
-    _write(folder, name, text)
+    folder = _corrupted(tmp_path, name, edit).parent
     monkeypatch.setattr(site_data, "DATA", folder)
     site_data.clear_caches()
     try:
