@@ -53,12 +53,17 @@ def _dtname(dt) -> str:
 
 
 def replay(p: M.Probe, target, *, acc_in_x=False, square_in_x=False, center=None, dim=None, placement=None,
-           offset_flip=False, round_flip=None, gain_in_x=False, eps=None, bias=True):
+           offset_flip=False, round_flip=None, gain_in_x=False, eps=None, bias=True, center_x=None,
+           root_norm=False, stat_in_x=False):
     """The target's order on a probe with at most the named changes (none: the model's order itself).
 
     RMSNorm (``target.kind == "rms"``) follows :func:`reference_impl.shared.rms_forward` step by step;
     LayerNorm centres in float32 and applies ``w`` and the bias in float32, then one cast. ``round_flip``:
     "f32" (the gain applied in float32 before the one rounding) or "x" (rounded to x's dtype, then the gain).
+    ``center`` centres the statistic; ``center_x`` (default: as ``center``) the x that is divided by it.
+    ``root_norm``: the RMS taken as a vector norm over sqrt(d), ``sqrt(sum(x^2)) / sqrt(d)``, squared back
+    before eps; ``stat_in_x``: that statistic (the norm, then the quotient; or else the mean square) rounded
+    to x's dtype.
     """
     x, w, conv = p.x, p.weight, target.convention
     layer = target.kind == "layer"
@@ -72,15 +77,25 @@ def replay(p: M.Probe, target, *, acc_in_x=False, square_in_x=False, center=None
             return t.mean(dim=dim, keepdim=True)
         return S.family_row_mean(t, conv) if not layer else t.mean(-1, keepdim=True)
 
+    num = xf
     if center:
         xf = xf - mean(xf)
-    if acc_in_x:
+    num = xf if (center if center_x is None else center_x) else num
+    if root_norm:  # torch.linalg.vector_norm(x) / d ** 0.5, in x's dtype with stat_in_x
+        n = xf.pow(2).sum(-1 if dim is None else dim, keepdim=True).sqrt()
+        n = n.to(x.dtype) if stat_in_x else n
+        cnt = xf.numel() // n.numel()
+        ms = (n / cnt ** 0.5).to(sd) ** 2
+    elif acc_in_x:
         ms = mean(xf.to(x.dtype).pow(2)).to(sd)
     elif square_in_x:
         ms = mean(xf.to(x.dtype).pow(2).to(sd))
     else:
         ms = mean(xf.pow(2))
+    if stat_in_x and not root_norm:
+        ms = ms.to(x.dtype).to(sd)
     rstd = S.inv_rms(ms, eps, placement or target.placement)
+    xf = num
     h = xf * rstd
     if layer:
         g = None if w is None else (w.float() + 1.0 if offset_flip else w.float())
@@ -109,7 +124,7 @@ def replay(p: M.Probe, target, *, acc_in_x=False, square_in_x=False, center=None
         return (h * ww.to(sd)).to(x.dtype).to(out_dt)
     if round_flip == "x":
         return (ww * h.to(x.dtype)).to(out_dt)
-    if center or dim is not None or conv not in ("llama", "t5"):
+    if center or dim is not None or root_norm or stat_in_x or conv not in ("llama", "t5"):
         # apply_gain recomputes x * rstd from x; the centred/odd statistics need this h instead
         if conv in ("llama",):
             return ww * h.to(x.dtype)
@@ -140,8 +155,13 @@ def changes(target, dtype: torch.dtype) -> list[tuple[str, dict, str]]:
     elif target.gain == "w":
         out.append(("offset_gain", {"offset_flip": True}, f"the gain is applied as 1 + w, not w ({m} stores the "
                                                            "gain itself)"))
+    if dtype in S.HALF:
+        out.append(("stat_in_x", {"stat_in_x": True}, f"the mean square is rounded to {dn} before eps is added, where "
+                                                      f"{m} holds it in float32"))
     if layer:
         out.append(("no_center", {"center": False}, "the mean is not subtracted (a mean square, not a variance)"))
+        out.append(("x_uncentred", {"center_x": False}, "x is not centred: x itself, not x - mean, is divided by the "
+                                                        "standard deviation"))
         out.append(("no_bias", {"bias": False}, "the bias is not added"))
     else:
         out.append(("center", {"center": True}, "the mean is subtracted (a variance, not a mean square)"))
@@ -162,6 +182,35 @@ def changes(target, dtype: torch.dtype) -> list[tuple[str, dict, str]]:
         if not math.isclose(e, target.eps, rel_tol=1e-9, abs_tol=0.0):
             out.append((f"eps_{e:g}", {"eps": e}, f"eps is {e:g}, where {m} uses {target.eps:g}"))
     return out
+
+
+def components(target, dtype: torch.dtype) -> list[tuple[str, dict, str]]:
+    """Changes tried only in pairs (alone they are no change, or a reordering within the last bit):
+    ``(key, replay options, sentence)``."""
+    out = []
+    if target.kind == "rms":
+        out.append(("x_uncentred", {"center_x": False}, "x itself, not x - mean, is divided by the statistic"))
+    out.append(("root_norm", {"root_norm": True}, "the RMS is taken as a vector norm over sqrt(d), "
+                                                  "sqrt(sum(x^2)) / sqrt(d), and squared back before eps"))
+    return out
+
+
+def fixed_pairs(target, dtype: torch.dtype) -> list[tuple[str, str, str]]:
+    """The pairs always tried, whatever each change does alone: ``(key, key, sentence)``. Each pairs a change
+    with one that is no change (or a last-bit reordering) on its own, so the rule that pairs only the
+    changes that moved toward the function's output alone would never try them."""
+    m, dn = target.name, _dtname(dtype)
+    out = []
+    if target.kind == "rms":
+        out.append(("center", "x_uncentred", "x is not centred but the variance is: the statistic is a variance (the "
+                                             "mean subtracted), while x itself, not x - mean, is divided by it"))
+    if dtype in S.HALF:
+        out.append(("root_norm", "stat_in_x", f"the RMS is a vector norm over sqrt(d) held in {dn} (the norm and the "
+                                              f"quotient each rounded), where {m} keeps the mean square in float32"))
+    return out
+
+
+MOVERS = 4  # the single changes (those that moved toward the function) paired with each other
 
 
 def _run_change(p: M.Probe, target, opts: dict):
@@ -189,37 +238,41 @@ def _fmt(v: float) -> str:
 
 def value_experiment(outputs: list, target) -> Finding | None:
     """``outputs``: ``(case, probe, fn's output, the model's output)`` of the cases whose values failed.
-    Returns the change that reproduces the most of them bit for bit (then the smallest distance), or None
-    when no change comes closer to the function than the model's own order."""
+    Returns the change that reproduces the most of them bit for bit (then the smallest distance); where no
+    single change reproduces them all, a pair of changes that reproduces more (see :func:`_pairs`); None
+    when nothing comes within half the distance of the model's own order to the function."""
     if not outputs or target.kind not in ("rms", "layer"):
         return None
-    scores: dict[str, list] = {}
-    sentences: dict[str, str] = {}
     base_worst = 0
+    rows = []
     for case, p, got, ref in outputs:
         d0 = _dist(got, ref)
         base_worst = max(base_worst, M.HUGE if d0 is None else int(d0.max()) if d0.numel() else 0)
-        for key, opts, sentence in changes(target, p.x.dtype):
-            sentences.setdefault(key, sentence)
-            try:
-                with torch.no_grad():
-                    alt = _run_change(p, target, opts)
-            except (RuntimeError, TypeError, ValueError):
-                continue
-            d = _dist(got, alt)
-            worst = M.HUGE if d is None else (int(d.max()) if d.numel() else 0)
-            s = scores.setdefault(key, [0, 0, None])
-            s[0] += worst == 0
-            s[1] = max(s[1], worst)
-            if worst == 0 and s[2] is None:
-                s[2] = (case, p, got, ref, alt)
-    if not scores:
+        opts = {k: (o, snt) for k, o, snt in changes(target, p.x.dtype) + components(target, p.x.dtype)}
+        rows.append((case, p, got, ref, opts))
+    singles = list(dict.fromkeys(k for *_, opts in rows for k in opts))
+    comp = {k for _, p, *_ in rows for k, _, _ in components(target, p.x.dtype)}
+    sentences = _sentences(rows, {k: o[k][1] for *_, o in rows for k in o})
+    scores = {k: _score(rows, (k,), target) for k in singles}
+    order = [k for k in singles if k not in comp]
+    scores_single = {k: scores[k] for k in order if scores[k] is not None}
+    if not scores_single:
         return None
-    order = list(scores)
-    best = min(order, key=lambda k: (-scores[k][0], scores[k][1], order.index(k)))
+    best = min(scores_single, key=lambda k: (-scores[k][0], scores[k][1], order.index(k)))
     hits, worst, example = scores[best]
     n = len(outputs)
-    if hits == 0 and worst >= base_worst:
+    pair = _pairs(rows, target, scores, order, base_worst) if hits < n else None
+    if pair is not None and (pair[1][0] > hits or (pair[1][0] == hits and pair[1][1] < worst
+                                                     and (hits > 0 or 2 * pair[1][1] <= worst))):
+        (a, b, sentence), (hits, worst, example) = pair
+        alone = "; ".join(f"{'the first' if k == a else 'the second'} alone: "
+                          + (f"{scores[k][0]} of {n} bit for bit, at most {_big(scores[k][1])} ulp away"
+                             if scores[k] is not None else "not applicable") for k in (a, b))
+        ev = (f"changing these two in {target.name}'s order reproduces the function bit for bit on "
+              + (f"all {n} failing cases" if hits == n else f"{hits} of {n} failing cases (at most {_big(worst)} ulp "
+                                                            "away on the others)") + f"; {alone}")
+        return Finding(f"{a}+{b}", sentence, ev + _example(example, target))
+    if hits == 0 and 2 * worst > base_worst:  # barely closer than the model's order: no evidence for it
         return None
     sentence = sentences[best]
     if hits == n:
@@ -230,16 +283,95 @@ def value_experiment(outputs: list, target) -> Finding | None:
     else:
         how = (f"no single change reproduces the function bit for bit; this one comes closest: at most {_big(worst)} ulp "
                f"from it, where {target.name}'s order is {_big(base_worst)} ulp away")
-    ev = how
-    if example is not None:
-        case, p, got, ref, alt = example
-        dd = _dist(got, ref)
-        if dd is not None and dd.numel():
-            i = int(dd.reshape(-1).argmax())
-            idx = tuple(int(v) for v in np.unravel_index(i, tuple(got.shape)))
-            g, r = float(got.detach().reshape(-1)[i]), float(ref.detach().reshape(-1)[i])
-            ev += f"; e.g. case {case.id}, element {list(idx)}: the function gives {_fmt(g)}, {target.name} {_fmt(r)}"
-    return Finding(best, sentence, ev)
+    return Finding(best, sentence, how + _example(example, target))
+
+
+def _score(rows, keys, target) -> list | None:
+    """``[hits, worst, example]`` of the changes ``keys`` made together on every row they apply to (None
+    when they apply to none): hits, the rows reproduced bit for bit; worst, the largest ulp distance."""
+    s = None
+    for case, p, got, ref, opts in rows:
+        # a pair whose one change does not apply to x's dtype (a rounding to x's dtype, x float32) is the other
+        # change alone there
+        if any(k not in opts for k in keys) and (len(keys) == 1 or not any(k in opts for k in keys)):
+            continue
+        merged = {}
+        for k in keys:
+            merged.update(opts.get(k, ({}, ""))[0])
+        try:
+            with torch.no_grad():
+                alt = _run_change(p, target, merged)
+        except (RuntimeError, TypeError, ValueError):
+            continue
+        d = _dist(got, alt)
+        w = M.HUGE if d is None else (int(d.max()) if d.numel() else 0)
+        s = s or [0, 0, None]
+        s[0] += w == 0
+        s[1] = max(s[1], w)
+        if w == 0 and s[2] is None:
+            s[2] = (case, p, got, ref, alt)
+    return s
+
+
+def _pairs(rows, target, scores, order, base_worst):
+    """The best pair of changes, ``((a, b, sentence), score)``, or None: the fixed pairs of
+    :func:`fixed_pairs`, and every pair of the :data:`MOVERS` single changes that came closest to the
+    function alone (those that reproduced a case, or came nearer than the model's order), whose options do
+    not overlap."""
+    movers = sorted((k for k in order if scores[k] is not None and (scores[k][0] or scores[k][1] < base_worst)),
+                    key=lambda k: (-scores[k][0], scores[k][1], order.index(k)))[:MOVERS]
+    sentences = _sentences(rows, {k: o[k][1] for *_, o in rows for k in o})
+    options = {k: o[k][0] for *_, o in rows for k in o}
+    dtypes = list(dict.fromkeys(p.x.dtype for _, p, *_ in rows))
+    tried = {}
+    for dt in dtypes:
+        for a, b, snt in fixed_pairs(target, dt):
+            tried.setdefault((a, b), set()).add(snt)
+    tried = {k: _one_sentence(v, dtypes) for k, v in tried.items()}
+    for i, a in enumerate(movers):
+        for b in movers[i + 1:]:
+            if not set(options[a]) & set(options[b]) and (a, b) not in tried and (b, a) not in tried:
+                tried[(a, b)] = f"{sentences[a]}, and {sentences[b]}"
+    best = None
+    for (a, b), snt in tried.items():
+        sc = _score(rows, (a, b), target)
+        if sc is not None and (best is None or (-sc[0], sc[1]) < (-best[1][0], best[1][1])):
+            best = ((a, b, snt), sc)
+    return best
+
+
+def _one_sentence(variants: set, dtypes) -> str:
+    """One sentence for a change whose sentence names x's dtype and differs between the dtypes of the
+    failing cases: the first, with the dtype named as x's (the half dtypes listed)."""
+    first = sorted(variants)[0]
+    if len(variants) == 1:
+        return first
+    halves = [_dtname(d) for d in dtypes if d in S.HALF]
+    for h in halves:
+        if h in first:
+            return first.replace(h, f"x's dtype ({' or '.join(halves)})")
+    return first
+
+
+def _sentences(rows, last: dict) -> dict:
+    out = {}
+    dtypes = list(dict.fromkeys(p.x.dtype for _, p, *_ in rows))
+    for k in last:
+        out[k] = _one_sentence({o[k][1] for *_, o in rows if k in o}, dtypes)
+    return out
+
+
+def _example(example, target) -> str:
+    if example is None:
+        return ""
+    case, p, got, ref, alt = example
+    dd = _dist(got, ref)
+    if dd is None or not dd.numel():
+        return ""
+    i = int(dd.reshape(-1).argmax())
+    idx = tuple(int(v) for v in np.unravel_index(i, tuple(got.shape)))
+    g, r = float(got.detach().reshape(-1)[i]), float(ref.detach().reshape(-1)[i])
+    return f"; e.g. case {case.id}, element {list(idx)}: the function gives {_fmt(g)}, {target.name} {_fmt(r)}"
 
 
 def _big(v: int) -> str:
@@ -434,7 +566,7 @@ def explain(fn, report, target, cases, residual: bool, *, fn_name: str, args: st
                 f"{len(values)} failing cases, at most {worst.max_ulp} ulp from the module")
         elif f is None:
             desc = report.match.description if report.match is not None else "differs from every catalog order"
-            add("unexplained", f"no single change of {target.name}'s order reproduces the function; it {desc}",
+            add("unexplained", f"no change of {target.name}'s order, alone or in a pair, reproduces the function; it {desc}",
                 worst, f"{len(values)} failing cases")
         else:
             ex = next((r for r in values if f.evidence and f"case {r.case}," in f.evidence), worst)
