@@ -92,10 +92,15 @@ def truth(target: Target, p: M.Probe, residual=False, use_hf=True):
 
 def reference_grads(target: Target, p: M.Probe, dy) -> list:
     """The float64 gradients of the target's math on a probe and their derived bounds:
-    ``[(dx, bound), (dweight, bound), (dbias, bound)]`` (None where the norm has no such input)."""
+    ``[(dx, bound), (dweight, bound), (dbias, bound)]`` (None where the norm has no such input); for a gated
+    norm ``[(dx, bound), (dweight, bound), (dgate, bound)]`` (:func:`reference_impl.check.roles.gated_reference_grads`)."""
     from .. import oracle as O
     from .. import tolerances as T
 
+    if target.kind == "gated_rms":
+        from .roles import gated_reference_grads
+
+        return gated_reference_grads(target, p, dy)
     xd, dyd = p.x.detach().cpu().double().numpy(), dy.detach().cpu().double().numpy()
     if target.kind == "rms":
         eff = p.effective_gain()
@@ -113,15 +118,23 @@ def reference_grads(target: Target, p: M.Probe, dy) -> list:
     return [(dx64, bdx), (dw64, bdw), (db64, bdb)]
 
 
+def grad_names(target: Target) -> tuple[str, str, str]:
+    """The inputs whose gradients the kit checks, in the order of :func:`reference_grads`."""
+    return ("x", "weight", "gate") if target.kind == "gated_rms" else ("x", "weight", "bias")
+
+
 def grad_call(fn, p: M.Probe, target: Target, residual: bool):
-    """``run(x, weight) -> (y, params)``: the function's output and the tensors its gain (and bias)
-    gradients are taken through: for an ``nn.Module`` its own parameters, else the weight given (and the
-    probe's bias, made to require grad)."""
+    """``run(x, weight) -> (y, params)``: the function's output and the tensors its gain (and bias, or
+    gate) gradients are taken through: for an ``nn.Module`` its own parameters, else the weight given (and
+    the probe's bias, made to require grad); a gated norm's gate is made to require grad and comes last."""
     def run(x, w):
+        z = None if p.gate is None else p.gate.detach().clone().requires_grad_(True)
         if isinstance(fn, torch.nn.Module):
             m, params = module_for(fn, p, target, w, requires_grad=True)
+            if z is not None:
+                return m(x, z), params + [z]
             return (m(x, p.residual) if residual else m(x)), params
         b = None if p.bias is None else p.bias.detach().clone().requires_grad_(True)
-        q = M.Probe(p.x, p.weight, b, p.eps, p.label, p.gain, p.residual, p.scale, p.gate)
-        return call(fn, q, target, residual, x=x, weight=w), [t for t in (w, b) if t is not None]
+        q = M.Probe(p.x, p.weight, b, p.eps, p.label, p.gain, p.residual, p.scale, z)
+        return call(fn, q, target, residual, x=x, weight=w), [t for t in (w, b, z) if t is not None]
     return run

@@ -403,7 +403,7 @@ def residual_experiment(p: M.Probe, s_out, y, target) -> Finding:
 def grad_experiment(fn, target, case, call) -> Finding | None:
     """Which gradient is wrong on a case, and whether a constant factor or a backward that treats the
     statistic as a constant explains it. ``call(x, weight) -> y`` runs the function."""
-    from .calling import reference_grads
+    from .calling import grad_names, reference_grads
 
     p = case.probe
     x = p.x.detach().clone().requires_grad_(True)
@@ -418,7 +418,7 @@ def grad_experiment(fn, target, case, call) -> Finding | None:
     dy = torch.randn(y.shape, generator=g, dtype=torch.float64).to(y.dtype)
     got = torch.autograd.grad(y, [x] + params, dy, allow_unused=True)
     refs = reference_grads(target, p, dy)
-    names = ["dx", "dweight", "dbias"][: len(got)]
+    names = [f"d{n}" for n in grad_names(target)][: len(got)]
     worst_name, worst_ratio, worst = None, 0.0, None
     for name, t, (ref, bound) in zip(names, got, refs):
         if ref is None or t is None:
@@ -433,7 +433,8 @@ def grad_experiment(fn, target, case, call) -> Finding | None:
             worst_name, worst_ratio, worst = name, ratio, (t.detach().double().numpy(), ref)
     if worst_name is None or worst_ratio <= 1:
         return None
-    what = {"dx": "the gradient of x", "dweight": "the gradient of the weight", "dbias": "the gradient of the bias"}[worst_name]
+    what = {"dx": "the gradient of x", "dweight": "the gradient of the weight", "dbias": "the gradient of the bias",
+            "dgate": "the gradient of the gate"}[worst_name]
     t, ref = worst
     mask = np.abs(ref) > 1e-6 * max(np.abs(ref).max(), 1e-300)
     if mask.any():

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from . import matching as M
-from .calling import call, grad_call, module_for, reference_grads, truth  # noqa: F401 (the kit's API)
+from .calling import call, grad_call, grad_names, module_for, reference_grads, truth  # noqa: F401 (the kit's API)
 from .models import HF_EXTRA, Target
 from .options import _dtype, check_device, target_for  # noqa: F401 (check_device: part of the kit's API)
 from .report import CaseResult, NormCheckFailed, Report
@@ -190,8 +190,8 @@ class _BackwardError(Exception):
 def _grads(fn, target: Target, p: M.Probe, residual: bool) -> tuple[float | None, str | None, str | None]:
     """The largest gradient error over its bound (dx, the weight's and the bias's gradients), against
     float64: ``(ratio, note, problem)``; a gradient that does not reach an input is a problem."""
-    if residual or target.kind not in ("rms", "layer"):
-        return None, "gradients are checked for RMSNorm and LayerNorm only", None
+    if residual or target.kind not in ("rms", "layer", "gated_rms"):
+        return None, "gradients are checked for RMSNorm, LayerNorm and gated RMSNorm only", None
     x = p.x.detach().clone().requires_grad_(True)
     w = None if p.weight is None else p.weight.detach().clone().requires_grad_(True)
     try:
@@ -208,7 +208,7 @@ def _grads(fn, target: Target, p: M.Probe, residual: bool) -> tuple[float | None
     except Exception as exc:  # the function's backward
         raise _BackwardError(f"{type(exc).__name__}: {exc}") from exc
     worst, missing = 0.0, []
-    names = ("x", "weight", "bias")
+    names = grad_names(target)
     for name, t, (ref, b) in zip(names, got, reference_grads(target, p, dy)):
         if ref is None:
             continue

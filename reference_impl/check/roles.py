@@ -146,3 +146,93 @@ def gated_module(target: Target, d: int, weight):
     with torch.no_grad():
         m.weight = torch.nn.Parameter(weight.detach().clone(), requires_grad=False)
     return m.eval()
+
+
+# ------------------------------------------------------------------------------------------ gradients
+
+def _act_and_slope(name: str, z):
+    """``act(z)``, ``act'(z)`` and the slope's envelope in float64: silu ``z s(z)`` with slope
+    ``s (1 + z (1 - s))``, which cancels to 0 near z = -1.28, so its rounding errors are charged to
+    ``s (1 + |z| (1 - s))``; sigmoid ``s`` with slope ``s (1 - s)`` (no cancellation: its own size)."""
+    import numpy as np
+
+    s = 1.0 / (1.0 + np.exp(-z))
+    if name == "silu":
+        return z * s, s * (1.0 + z * (1.0 - s)), s * (1.0 + np.abs(z) * (1.0 - s))
+    return s, s * (1.0 - s), s * (1.0 - s)
+
+
+def gated_reference_grads(target: Target, p: M.Probe, dy) -> list:
+    """The float64 gradients of a gated norm's math on a probe and their derived bounds:
+    ``[(dx, bound), (dweight, bound), (dgate, bound)]``.
+
+    With ``n = x r``, ``r = 1 / sqrt(mean(x^2) + eps)`` (per group of features) and ``a = act(gate)``:
+
+    - gate after the norm (Qwen3-Next, Kimi-Linear; ``y = n w a``): ``g = dy w a``,
+      ``dx = r (g - n mean(g n))``, ``dgate = dy n w act'(gate)``, ``dweight = sum over rows of dy n a``;
+    - gate before it (Mamba-2, Falcon-H1; ``u = x silu(gate)``, ``y = w n(u)``): ``g = dy w``,
+      ``du = r (g - n mean(g n))`` with ``n = u r``, ``dx = du a``, ``dgate = du x act'(gate)``,
+      ``dweight = sum over rows of dy n``.
+
+    Bounds, element-wise and absolute, by the analysis of
+    :func:`reference_impl.tolerances.convention_backward_bounds`: the RMS backward's two terms each to
+    ``gamma(d + 10)`` (float32 and the oracle's float64) of its envelope ``env = r (|g| + |n| mean|g n|)``;
+    ``low = 4 u_x`` for roundings in x's dtype on the way (the gradient of a row rounded to x's dtype before
+    the gain, ``dy w`` in x's dtype, the gate's gradient cast back to x's dtype, one spare) and ``8 u_32``
+    for the activation and its slope in float32 (exp, add, divide, products), each charged to the same
+    envelope; a factor applied after the reduction (``a`` for dx before the gate, ``x act'`` for dgate)
+    multiplies the envelope; the final rounding is ``u_x`` of the result. ``dgate`` after the norm is a
+    product of n (relative ``gamma(d//2 + 6)``, the forward's analysis) and elementwise factors:
+    ``(gamma(d//2 + 6) + low + 8 u_32) |dy n w| act'_env``, where ``act'_env`` is the slope's envelope
+    (silu's slope cancels to 0 near gate = -1.28: its errors are charged to the terms that cancel); before
+    the norm the factor ``x act'`` is likewise charged as ``|x| act'_env``. ``dweight`` sums the rows: ``u_w |dw| + (gamma(rows +
+    d//2 + 8) + gamma(rows + 2, u_w) + low + 8 u_32) sum |dy n a|`` (the rows may be added in the weight's
+    dtype). Each has the floor of half the smallest subnormal of its dtype.
+    """
+    import numpy as np
+    import torch
+
+    from .. import tolerances as T
+
+    params = gated_params(target)
+    before = "groups" in params
+    groups = int(params.get("groups", 1))
+    act = "silu" if before else params["activation"]
+    x = p.x.detach().cpu().double().numpy()
+    z = p.gate.detach().cpu().double().numpy()
+    w = p.weight.detach().cpu().double().numpy()
+    dyd = dy.detach().cpu().double().numpy()
+    d = x.shape[-1]
+    a, slope, slope_env = _act_and_slope(act, z)
+    u_in = x * a if before else x
+    shp = (*x.shape[:-1], groups, d // groups)
+    ug = u_in.reshape(shp)
+    r = 1.0 / np.sqrt(np.mean(ug * ug, -1, keepdims=True) + p.eps)
+    n = (ug * r).reshape(x.shape)
+    g = dyd * w if before else dyd * w * a
+    gn = (g * n).reshape(shp)
+    du = (r * (g.reshape(shp) - n.reshape(shp) * gn.mean(-1, keepdims=True))).reshape(x.shape)
+    env = (r * (np.abs(g).reshape(shp) + np.abs(n).reshape(shp) * np.abs(gn).mean(-1, keepdims=True))).reshape(x.shape)
+    xdt, wdt = p.x.dtype, p.weight.dtype
+    u = T.unit_roundoff
+    k = d // groups
+    rel = T.gamma(k + 10, u(torch.float32)) + T.gamma(k + 10, u(torch.float64)) + 4 * u(xdt) + 8 * u(torch.float32)
+    floor_x = float(torch.finfo(xdt).tiny) * u(xdt)
+    if before:
+        dx, dgate = du * a, du * x * slope
+        bdx = u(xdt) * np.abs(dx) + rel * env * np.abs(a) + floor_x
+        bdg = u(xdt) * np.abs(dgate) + rel * env * np.abs(x) * slope_env + floor_x
+        terms = dyd * n
+    else:
+        dx, dgate = du, dyd * n * w * slope
+        bdx = u(xdt) * np.abs(dx) + rel * env + floor_x
+        rel_g = T.gamma(k // 2 + 6, u(torch.float32)) + 4 * u(xdt) + 8 * u(torch.float32)
+        bdg = u(xdt) * np.abs(dgate) + rel_g * np.abs(dyd * n * w) * slope_env + floor_x
+        terms = dyd * n * a
+    rows = int(np.prod(x.shape[:-1]))
+    dw = terms.reshape(rows, d).sum(0)
+    sw = np.abs(terms).reshape(rows, d).sum(0)
+    gw = (T.gamma(rows + k // 2 + 8, u(torch.float32)) + T.gamma(rows + k // 2 + 8, u(torch.float64))
+          + T.gamma(rows + 2, u(wdt)) + 4 * u(xdt) + 8 * u(torch.float32))
+    bdw = u(wdt) * np.abs(dw) + gw * sw + float(torch.finfo(wdt).tiny) * u(wdt)
+    return [(dx, bdx), (dw, bdw), (dgate, bdg)]
