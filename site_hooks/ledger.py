@@ -57,7 +57,8 @@ def link_arxiv(text: str) -> str:
     return "".join(p if p.startswith("`") else
                    ARXIV_LINK_RE.sub(lambda m: f"[arXiv:{m[1]}{m[2] or ''}](https://arxiv.org/abs/{m[1]}{m[2] or ''})", p)
                    for p in parts)
-NOT_MEASURED = "not yet measured on a GPU"
+# the state of a GPU claim whose ledger entry names no committed GPU data file, shown as a badge
+NOT_MEASURED = "needs a GPU"
 
 
 def clear_caches() -> None:
@@ -241,7 +242,8 @@ def _gpu_note(ctx, claim: dict, entry: dict | None) -> str:
     if gd and (DATA / gd).is_file():
         meta = _data_meta(gd)
         return f"GPU result: {_link(ctx, gd)}" + (f" ({meta})" if meta else "")
-    return f"**{NOT_MEASURED}**"
+    return (f'GPU measurement: <span class="run-state run-missing" title="no GPU data file is committed for this '
+            f'claim">{NOT_MEASURED}</span>')
 
 
 def source_labels(source: str, named: bool = False) -> str:
