@@ -36,7 +36,7 @@ from .. import symbolic as S
 from .. import tolerances as _tol
 from .._checks import check_eps, check_input, check_param, compute_dtype, eps_limit
 from ._bounds import rms_like, u
-from .spec import BadInput, NormSpec, common_bad, randn, replace_input, set_param
+from .spec import BadInput, NormSpec, NotApplicable, common_bad, randn, replace_input, set_param
 
 _T = "transformers, models/{0}/modeling_{0}.py ({1})"
 F32 = torch.float32
@@ -288,7 +288,18 @@ def _head_entry(order, title, source, families=()):
         grads=("x", "weight") if order == "cohere" else ("x", "weight", "bias"),
         float64_exact=order != "cohere", grad_twin=_cohere_twin if order == "cohere" else None,
         bad_inputs=common_bad(("weight",), eps=order != "chameleon") + _HEAD_BAD,
+        match_kind="layer_per_head", match_run=_match_heads(order), match_rank=30 + LN_HEAD_ORDERS.index(order),
     )
+
+
+def _match_heads(order):
+    """``match_run(probe)`` for a per-head class (reference_impl.check.matching): the probe's x is
+    ``(rows, heads, head_dim)`` and its gain and bias ``(heads, head_dim)``, as the census feeds such a class."""
+    def run(p):
+        if p.x.dim() < 3 or p.weight is None or p.weight.dim() != 2 or p.gain != "w":
+            raise NotApplicable("a per-head norm takes (rows, heads, head_dim) with a (heads, head_dim) gain")
+        return per_head_gain_layer_norm(p.x, p.weight, p.bias, p.eps, order=order)
+    return run
 
 
 SPECS = (

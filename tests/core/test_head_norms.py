@@ -187,3 +187,22 @@ def test_delta_rule_l2_equals_the_models_l2norm_on_float32_q_and_k(order, folder
     assert not torch.equal(q3, kimi)
     tiny = torch.full((1, HEAD_DIM), 1e-5)
     assert not torch.allclose(spec.run_reference({"x": tiny}), CATALOG["l2_norm"].reference(tiny, 1e-6))
+
+
+@pytest.mark.parametrize("order", ["stablelm", "chameleon", "cohere"])
+def test_per_head_entries_are_matching_candidates_of_their_own_kind(order):
+    """The census compares per-head classes with these entries (kind ``layer_per_head``): the candidate runs
+    the entry's reference on a ``(rows, heads, head_dim)`` probe and refuses a plain ``(rows, width)`` one."""
+    from reference_impl.check import matching
+    from reference_impl.norms.spec import NotApplicable
+
+    name = f"qk_norm.layer_per_head_gain.{order}"
+    assert name in [c.entry for c in matching.candidate_list("layer_per_head")]
+    run = CATALOG[name].match_run
+    x = _t((4, HEADS, HEAD_DIM), torch.float32, 1.0, 1)
+    w = _t((HEADS, HEAD_DIM), torch.float32, 0.1, 2, 1.0)
+    b = None if order == "cohere" else _t((HEADS, HEAD_DIM), torch.float32, 0.3, 3)
+    p = matching.Probe(x, w, b, 1e-5, "per head")
+    assert torch.equal(run(p), CATALOG[name].reference(x, w, b, 1e-5, order=order))
+    with pytest.raises(NotApplicable):
+        run(matching.Probe(x.reshape(4, -1), w.reshape(-1), None, 1e-5, "rows"))

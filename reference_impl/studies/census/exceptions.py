@@ -7,7 +7,8 @@ that brings a class nothing reproduces fails the tests, naming the class and its
 
 Reasons say what the class computes that no entry does; the census file's ``note`` for the class adds the
 closest entry and its distance in ulps. Gated classes are probed with a random gate and compared with the
-gated entries (reference_impl/norms/gated_rms_norm.py) like any other class.
+gated entries (reference_impl/norms/gated_rms_norm.py) like any other class; per-head LayerNorms (a gain per
+head, fed ``(rows, heads, head_dim)``) are compared with the per-head entries (reference_impl/norms/head_norms.py).
 """
 from __future__ import annotations
 
@@ -26,10 +27,6 @@ EXCEPTIONS: dict[str, str] = {
     # modules that do not take one (rows, width) tensor
     "AutoformerLayernorm": ("a LayerNorm followed by subtracting the mean over the time axis (Autoformer's seasonal "
                             "part): it needs a (batch, time, features) input and is not a per-row norm"),
-    "ChameleonLayerNorm": ("takes a (heads, head_dim) shape and applies per-head gains after a LayerNorm without "
-                           "affine parameters over head_dim; its constructor does not take one width"),
-    "StableLmLayerNormPerHead": ("one torch.nn.LayerNorm per head over (batch, heads, seq, head_dim), split along "
-                                 "the head axis: the per-head module itself does not take (rows, width) input"),
     "xLSTMMultiHeadLayerNorm": ("a LayerNorm per head of a (batch, seq, heads, head_dim) input with gains over all "
                                 "heads: it does not take (rows, width) input"),
     "ZayaQKNorm": ("normalizes queries and keys together (two inputs) to length sqrt(head_dim), dividing by "

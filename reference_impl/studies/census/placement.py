@@ -348,8 +348,8 @@ def place(model_type: str, norm_types: tuple, class_catalog: dict, overrides: di
     before it is shrunk: :mod:`.variants` re-traces with one field changed. ``observe(trace)`` sees the trace."""
     rec = {"model_type": model_type, "config_class": None, "model_class": None, "status": "error", "error": None,
            "norm_classes": [], "catalog": [], "placement": None, "placement_note": None, "qk_norm": None,
-           "qk_rope": None, "final_norm": None, "extra_norms": [], "eps": None, "eps_attr": None, "layer": [],
-           "source": None, "parallel": None}
+           "qk_rope": None, "final_norm": None, "final_module": None, "extra_norms": [], "eps": None,
+           "eps_attr": None, "layer": [], "source": None, "parallel": None}
     try:
         cfg_cls, cls = build(model_type)
         rec["config_class"], rec["model_class"] = cfg_cls.__name__, cls.__name__
@@ -425,7 +425,7 @@ def place(model_type: str, norm_types: tuple, class_catalog: dict, overrides: di
         classes = sorted({r["class"] for r in rows} | ({rows_final["class"]} if final else set()))
         rec.update({
             "status": "traced", "norm_classes": classes, "catalog": [class_catalog.get(c) for c in classes],
-            "final_norm": final, "extra_norms": extra,
+            "final_norm": final, "final_module": rows_final["module"] if final else None, "extra_norms": extra,
             "layer": [{k: v for k, v in r.items() if not k.startswith("_")} for r in rows],
         })
         rec["placement"], rec["placement_note"] = placement_of(rows)

@@ -74,24 +74,35 @@ def _config_for(found: Found, annotation, width: int):
     return cfg
 
 
-def build(found: Found, width: int, eps: float | None = None) -> torch.nn.Module:
-    """The class built for rows of ``width`` features, in float32 (parameters as its constructor makes them)."""
+def build(found: Found, width: int, eps: float | None = None, heads: int = 1,
+          extra: dict | None = None) -> torch.nn.Module:
+    """The class built for rows of ``width`` features, in float32 (parameters as its constructor makes them).
+
+    ``heads``: the value given to a head count the constructor takes (``num_heads``); above one, a subclass of
+    ``torch.nn.LayerNorm`` whose constructor refuses one width is built with the shape ``(heads, width)``, as
+    ``normalized_shape`` allows (a per-head norm: see :func:`per_head_layout`). ``extra``: constructor
+    arguments given as they are, over any generic choice (the values a model passes from its config)."""
     cls = found.cls
     try:
         params = list(inspect.signature(cls.__init__).parameters.values())[1:]
     except (TypeError, ValueError) as exc:
         raise ProbeError(f"its constructor's signature cannot be read: {exc}") from exc
     args, kwargs = [], {}
+    extra = extra or {}
     for p in params:
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
             continue
-        if p.name in _WIDTH_ARGS:
+        if p.name in extra:
+            value = extra[p.name]
+        elif p.name in _WIDTH_ARGS:
             value = width
         elif p.name == "config":
             value = _config_for(found, p.annotation, width)
         elif p.name in ("group_size",):
             value = width
-        elif p.name in ("n_groups", "num_groups", "num_heads"):
+        elif p.name in ("num_heads",):
+            value = heads
+        elif p.name in ("n_groups", "num_groups"):
             value = 1
         elif p.name in ("eps", "epsilon") and eps is not None:
             value = eps
@@ -109,8 +120,29 @@ def build(found: Found, width: int, eps: float | None = None) -> torch.nn.Module
     try:
         module = cls(*args, **kwargs)
     except Exception as exc:
-        raise ProbeError(f"constructor failed: {type(exc).__name__}: {exc}"[:300]) from exc
+        shaped = _shape_retry(cls, params, args, kwargs, width, heads)
+        if shaped is None:
+            raise ProbeError(f"constructor failed: {type(exc).__name__}: {exc}"[:300]) from exc
+        module = shaped
     return module.float().eval()
+
+
+def _shape_retry(cls, params, args, kwargs, width, heads):
+    """A ``torch.nn.LayerNorm`` subclass built with the shape ``(heads, width)`` in place of its width (its
+    ``normalized_shape`` takes a shape), or None when that is not the case or fails too."""
+    if heads < 2 or not issubclass(cls, torch.nn.LayerNorm):
+        return None
+    names = [p.name for p in params if p.name in _WIDTH_ARGS and p.name in kwargs]
+    if names:
+        kwargs = {**kwargs, names[0]: (heads, width)}
+    elif args and args[0] == width:
+        args = [(heads, width), *args[1:]]
+    else:
+        return None
+    try:
+        return cls(*args, **kwargs)
+    except Exception:
+        return None
 
 
 def _param(module, names, width):
@@ -256,14 +288,15 @@ def _name_kind(name: str) -> str:
     return "other"
 
 
-def probe_class(found: Found, widths=WIDTHS, dtypes=DTYPES) -> ClassResult:
-    """Everything the census records about one class (see the module docstring)."""
+def probe_class(found: Found, widths=WIDTHS, dtypes=DTYPES, extra: dict | None = None) -> ClassResult:
+    """Everything the census records about one class (see the module docstring); ``extra``: constructor
+    arguments to build it with (see :func:`build`)."""
     oos = out_of_scope_reason(found.name)
     if oos is not None:
         return _fail(found, _name_kind(found.name), oos)
     eps_arg = 1e-6 if found.cls is torch.nn.RMSNorm else None  # its default (None) picks eps by dtype
     try:
-        modules = {d: build(found, d, eps_arg) for d in widths}
+        modules = {d: build(found, d, eps_arg, extra=extra) for d in widths}
         st = storage(found, modules[widths[-1]], widths[-1])
         gated = needs_gate(found.cls)
         if gated:  # a gated norm's output is not a normalized row: compared with the gated entries
@@ -271,14 +304,15 @@ def probe_class(found: Found, widths=WIDTHS, dtypes=DTYPES) -> ClassResult:
         else:
             shape_reason = _not_rowwise(modules[widths[-1]], widths[-1])
             if shape_reason:
-                return _fail(found, _name_kind(found.name), shape_reason)
+                return _per_head_or(found, widths, dtypes, _fail(found, _name_kind(found.name), shape_reason))
             kind = kind_of(modules[widths[-1]], st, widths[-1])
     except ProbeError as exc:
-        return _fail(found, _name_kind(found.name), f"could not be probed: {exc}", in_scope=True)
+        return _per_head_or(found, widths, dtypes,
+                            _fail(found, _name_kind(found.name), f"could not be probed: {exc}", in_scope=True))
     except Exception as exc:  # a forward that needs more than one tensor (a gate, a mask, a condition)
-        return _fail(found, _name_kind(found.name),
-                     f"could not be probed on one (rows, width) tensor: {type(exc).__name__}: {exc}"[:300],
-                     in_scope=True)
+        return _per_head_or(found, widths, dtypes, _fail(
+            found, _name_kind(found.name),
+            f"could not be probed on one (rows, width) tensor: {type(exc).__name__}: {exc}"[:300], in_scope=True))
     gain_t = getattr(modules[widths[-1]], st.gain_name) if st.gain_name else None
     gain_dtype = str(gain_t.dtype).replace("torch.", "") if gain_t is not None else None
     eps = eps_arg if eps_arg is not None else st.eps
@@ -318,7 +352,7 @@ def probe_class(found: Found, widths=WIDTHS, dtypes=DTYPES) -> ClassResult:
             "(exact for the probes' gains)"
     if gated:
         note = ((note + "; ") if note else "") + "gated: probed with a random gate in x's dtype (N(0, 3^2))" + \
-            _gate_defaults(found.cls)
+            _gate_defaults(found.cls, extra)
     if eps_arg is not None:
         note = "built with eps=1e-6 (its default, None, picks eps by dtype)"
     if len(ran) < len(dtypes):
@@ -332,8 +366,10 @@ def probe_class(found: Found, widths=WIDTHS, dtypes=DTYPES) -> ClassResult:
                        ((note + "; ") if note else "") + m.description)
 
 
-def _gate_defaults(cls) -> str:
+def _gate_defaults(cls, extra=None) -> str:
     """The constructor defaults that decide where the gate goes (Falcon-H1's ``norm_before_gate``)."""
+    if extra and "norm_before_gate" in extra:
+        return f", built with norm_before_gate={extra['norm_before_gate']!r}"
     try:
         params = inspect.signature(cls.__init__).parameters
     except (TypeError, ValueError):
@@ -373,3 +409,219 @@ def _run_on(modules, st: Storage, p):
     _set(module, st, p.weight, p.bias)
     with torch.no_grad():
         return _call(module, p.x, p.gate)
+
+
+# ------------------------------------------------------------------ per-head classes
+
+HEADS = 2   # a per-head class is built for two heads: a gain applied to the wrong head then changes the bits
+
+
+@dataclass
+class HeadLayout:
+    """Where a per-head class keeps its gains: one ``(heads, head_dim)`` tensor (``gain``/``bias`` names), or a
+    ``torch.nn.ModuleList`` of one norm per head (``per_module``: the list's name)."""
+    heads: int
+    gain_name: str | None
+    bias_name: str | None
+    per_module: str | None = None
+
+    def set(self, module, weight, bias):
+        with torch.no_grad():
+            if self.per_module is None:
+                if self.gain_name is not None:
+                    getattr(module, self.gain_name).data = weight.clone()
+                if self.bias_name is not None:
+                    b = getattr(module, self.bias_name)
+                    b.data = torch.zeros_like(b) if bias is None else bias.clone()
+                return
+            for h, sub in enumerate(getattr(module, self.per_module)):
+                if self.gain_name is not None:
+                    getattr(sub, self.gain_name).data = weight[h].clone()
+                if self.bias_name is not None:
+                    b = getattr(sub, self.bias_name)
+                    b.data = torch.zeros_like(b) if bias is None else bias[h].clone()
+
+
+def per_head_layout(module: torch.nn.Module, width: int) -> HeadLayout | None:
+    """The layout of a class built with :data:`HEADS` heads of ``width`` features: a gain of shape
+    ``(heads, width)``, or a list of ``heads`` norms each with a ``(width,)`` gain; None for any other class."""
+    own = dict(module.named_parameters(recurse=False))
+    gain = next((n for n in _GAIN_NAMES if n in own and own[n].shape == (HEADS, width)), None)
+    if gain is not None:
+        bias = next((n for n in _BIAS_NAMES if n in own and own[n].shape == (HEADS, width)), None)
+        return HeadLayout(HEADS, gain, bias)
+    for name, child in module.named_children():
+        if isinstance(child, torch.nn.ModuleList) and len(child) == HEADS:
+            gains = [_param(sub, _GAIN_NAMES, width) for sub in child]
+            if all(t is not None for _, t in gains) and len({n for n, _ in gains}) == 1:
+                biases = {_param(sub, _BIAS_NAMES, width)[0] for sub in child}
+                return HeadLayout(HEADS, gains[0][0], biases.pop() if len(biases) == 1 else None, name)
+    return None
+
+
+def _head_probe(p, heads):
+    """A probe of ``(rows, heads * head_dim)`` viewed as ``(rows, heads, head_dim)``, its gain and bias as
+    ``(heads, head_dim)``."""
+    import dataclasses
+
+    rows, width = p.x.shape
+    d = width // heads
+    view = (lambda t: None if t is None else t.reshape(heads, d))
+    return dataclasses.replace(p, x=p.x.reshape(rows, heads, d), weight=view(p.weight), bias=view(p.bias),
+                               label=p.label + f", viewed ({rows}, {heads}, {d})")
+
+
+def probe_per_head(found: Found, widths=WIDTHS, dtypes=DTYPES) -> ClassResult | None:
+    """A class that normalizes each head of a ``(rows, heads, head_dim)`` input over ``head_dim`` with a gain
+    per head, built for :data:`HEADS` heads of each width (its constructor decides how: a head count, or a
+    ``(heads, head_dim)`` shape), probed on the shared probes viewed that way and matched against the catalog's
+    per-head entries (kind ``"layer_per_head"``); None when the class is not such a norm."""
+    try:
+        modules = {d: build(found, d, None, heads=HEADS) for d in widths}
+    except ProbeError:
+        return None
+    layouts = {d: per_head_layout(m, d) for d, m in modules.items()}
+    if any(lay is None for lay in layouts.values()):
+        return None
+    d0 = widths[-1]
+    lay, module = layouts[d0], modules[d0]
+    x = torch.randn(5, HEADS, d0, generator=torch.Generator().manual_seed(5)) * 3
+    lay.set(module, torch.ones(HEADS, d0), None)
+    try:
+        with torch.no_grad():
+            y, y_shift = _call(module, x).double(), _call(module, x + 2.5).double()
+    except Exception:
+        return None
+    if not torch.allclose(y, y_shift, atol=1e-4, rtol=1e-4):
+        return None     # not a LayerNorm per head: no per-head entry to compare with
+    try:
+        src = inspect.getsource(found.cls)
+    except (OSError, TypeError):
+        src = ""
+    gain = "1+w" if _ONE_PLUS.search(src) else "w"
+    eps = storage(found, module, d0).eps
+    gain_t = getattr(module, lay.gain_name) if lay.per_module is None else \
+        getattr(getattr(module, lay.per_module)[0], lay.gain_name)
+    common = dict(eps=eps, gain=gain, bias=lay.bias_name is not None,
+                  gain_dtype=str(gain_t.dtype).replace("torch.", ""))
+    if gain != "w":
+        return _fail(found, "layer_per_head", "stores a per-head offset gain (1 + w), which no per-head entry has",
+                     in_scope=True, **common)
+
+    def run(p):
+        m = modules[p.x.shape[-1]]
+        layouts[p.x.shape[-1]].set(m, p.weight, p.bias)
+        with torch.no_grad():
+            return _call(m, p.x)
+
+    ran, probes = [], []
+    for dt in dtypes:   # nn.LayerNorm's kernel takes a gain in x's dtype only, as for the plain LayerNorms
+        ps = [_head_probe(p, HEADS) for p in matching.make_probes(
+            [HEADS * d for d in widths], [dt], [dt], gain="w", bias=lay.bias_name is not None,
+            eps=eps if eps is not None else 1e-5)]
+        try:
+            run(ps[0])
+        except Exception:
+            continue
+        ran.append(dt)
+        probes.extend(ps)
+    if not probes:
+        return _fail(found, "layer_per_head", "raises on every input dtype tried", in_scope=True, **common)
+    m = matching.match(run, probes, "layer_per_head")
+    note = (f"a norm per head: built for {HEADS} heads of each width and fed (rows, heads, head_dim), its gain"
+            f"{' and bias' if lay.bias_name else ''} ({HEADS}, head_dim)")
+    if len(ran) < len(dtypes):
+        note += "; raises for " + ", ".join(str(d).replace("torch.", "") for d in dtypes if d not in ran) + " input"
+    return ClassResult("layer_per_head", True, None, m.matched, m.matched or m.closest,
+                       None if m.matched else m.max_ulp.get(m.closest), eps, gain, common["gain_dtype"],
+                       common["bias"], [str(d).replace("torch.", "") for d in ran],
+                       note if m.matched else note + "; " + m.description)
+
+
+# ------------------------------------------------------------------ classes built from their model's config
+
+def config_arguments(found: Found) -> dict[str, str]:
+    """Constructor argument -> config field, for the arguments the class's model passes from its config where
+    it builds the class (``Cls(..., norm_before_gate=config.mamba_norm_before_gate)``, or through an attribute
+    the same method set from the config, ``self.n_groups = config.mamba_n_groups``), read from the model's
+    source; empty when the source does not say."""
+    import ast
+    import importlib
+
+    try:
+        tree = ast.parse(inspect.getsource(importlib.import_module(found.module)))
+    except (OSError, TypeError, SyntaxError, ImportError):
+        return {}
+
+    def config_field(node):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "config":
+            return node.attr
+        return None
+
+    out: dict[str, str] = {}
+    for fn in ast.walk(tree):
+        if not isinstance(fn, ast.FunctionDef):
+            continue
+        via_self = {}
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Assign) and config_field(node.value):
+                for t in node.targets:
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                        via_self[t.attr] = config_field(node.value)
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == found.name:
+                for kw in node.keywords:
+                    v = kw.value
+                    f = config_field(v)
+                    if f is None and isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) \
+                            and v.value.id == "self":
+                        f = via_self.get(v.attr)
+                    if kw.arg and f:
+                        out.setdefault(kw.arg, f)
+    return out
+
+
+def _config_defaults(found: Found) -> object | None:
+    try:
+        return _config_for(found, None, 8)
+    except Exception:
+        return None
+
+
+def config_builds(found: Found, widths=WIDTHS, dtypes=DTYPES) -> list[dict]:
+    """The class built as its model builds it under each value of a boolean config field it passes to the
+    constructor (Falcon-H1's ``norm_before_gate=config.mamba_norm_before_gate``), other config-given arguments
+    at the config's defaults: ``[{"config": {field: value}, "args": {arg: value}, "catalog", "closest",
+    "max_ulp", "note"}]``, one per value of each such field (the default value first). Empty for a class
+    whose model passes no such field. Only gated classes: the fields that choose a gate's place."""
+    if not needs_gate(found.cls):
+        return []
+    given = config_arguments(found)
+    cfg = _config_defaults(found)
+    if not given or cfg is None:
+        return []
+    try:
+        params = inspect.signature(found.cls.__init__).parameters
+    except (TypeError, ValueError):
+        return []
+    fixed = {a: getattr(cfg, f) for a, f in given.items() if a in params and hasattr(cfg, f)
+             and isinstance(getattr(cfg, f), int) and not isinstance(getattr(cfg, f), bool)
+             and a not in _WIDTH_ARGS and a not in ("eps", "epsilon")}
+    out = []
+    for arg, f in given.items():
+        default = getattr(cfg, f, None)
+        if arg not in params or not isinstance(default, bool):
+            continue
+        for value in (default, not default):
+            r = probe_class(found, widths, dtypes, extra={**fixed, arg: value})
+            out.append({"config": {f: value, **{given[a]: v for a, v in fixed.items()}},
+                        "args": {arg: value, **fixed}, "catalog": r.catalog, "closest": r.closest,
+                        "max_ulp": r.max_ulp, "note": r.note})
+    return out
+
+
+
+def _per_head_or(found, widths, dtypes, failed: ClassResult) -> ClassResult:
+    """The class probed as a per-head norm (:func:`probe_per_head`) where it is one, else ``failed``."""
+    r = probe_per_head(found, widths, dtypes)
+    return failed if r is None else r

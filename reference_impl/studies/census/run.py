@@ -18,7 +18,7 @@ from ... import provenance as pv
 from .discover import Found, discover
 from .exceptions import EXCEPTIONS
 from .placement import model_types, place
-from .probe import probe_class
+from .probe import config_builds, probe_class
 from .variants import structure, variants
 
 REPO = Path(__file__).resolve().parents[3]
@@ -42,7 +42,8 @@ def class_record(found: Found) -> dict:
     """The census record of one class (see CONTRACT section 2)."""
     r = probe_class(found)
     unmatched = r.in_scope and r.catalog is None
-    return {
+    builds = config_builds(found) if r.in_scope else []
+    return {**({"config_builds": builds} if builds else {}),
         "name": found.name, "module": found.module, "source": found.source, "line": found.line, "kind": r.kind,
         "in_scope": r.in_scope, "reason": r.reason, "catalog": r.catalog, "closest": r.closest,
         "max_ulp": r.max_ulp, "eps_default": r.eps, "gain": r.gain, "gain_dtype": r.gain_dtype, "bias": r.bias,
@@ -98,7 +99,7 @@ def model_records(types, norm_types: tuple, class_catalog: dict, progress=None, 
 def _error_record(model_type: str) -> dict:
     return {"model_type": model_type, "config_class": None, "model_class": None, "status": "error",
             "error": "unknown", "norm_classes": [], "catalog": [], "placement": None, "placement_note": None,
-            "qk_norm": None, "qk_rope": None, "final_norm": None, "extra_norms": [], "eps": None,
+            "qk_norm": None, "qk_rope": None, "final_norm": None, "final_module": None, "extra_norms": [], "eps": None,
             "eps_attr": None, "layer": [], "source": None, "parallel": None}
 
 
