@@ -75,8 +75,14 @@ def norm_macro(ctx, name: str) -> str:
     parts = [f"### {html.escape(spec.title)} {{ #{anchor(name)} }}", "",
              f"Catalog entry `{name}`. Source: {_cell(spec.source)}."]
     facts = []
-    if spec.families:
+    users = census_users(name)
+    if users:
+        facts.append(used_by_sentence(users, spec.families))
+    elif spec.families:
         facts.append("Used by: " + ", ".join(spec.families) + ".")
+    classes = census_classes(name)
+    if classes:
+        facts.append(classes_sentence(classes))
     facts.append("Implementations: " + ", ".join(["the PyTorch reference"] + list(spec.implementations)) + ".")
     facts.append("Gradients checked against float64: " + ", ".join(f"`{g}`" for g in spec.grads) + ".")
     parts += ["", " ".join(facts), ""]
@@ -84,6 +90,55 @@ def norm_macro(ctx, name: str) -> str:
         parts += [formula_macro(ctx, fid), ""]
     parts.append(guards_macro(ctx, f"norm.{name}"))
     return "\n".join(parts)
+
+
+USERS_LISTED = 30   # a card lists the model types of an entry up to this many, else counts them
+
+
+def census_users(name: str) -> list[str]:
+    """The model types whose traced model the census finds using catalog entry ``name`` (any of its variants),
+    as the finder shows them: each type's reader-facing name where the site has one, else the type itself."""
+    from . import census as C
+
+    names = C.display_names()
+    out = []
+    for m in sorted(C.census()["models"], key=lambda m: m["model_type"]):
+        if any(e is not None and C.base_entry(e) == name for e in m["catalog"]):
+            out.append(names.get(m["model_type"]) or m["model_type"])
+    return list(dict.fromkeys(out))
+
+
+def used_by_sentence(users: list[str], families=()) -> str:
+    """The card's "used by" sentence from the census's users: all of them up to :data:`USERS_LISTED`, else
+    their count with the families the entry's spec names, saying that the finder lists the rest."""
+    from . import census as C
+
+    where = f"in transformers {C._version(C.census())}"
+    if len(users) <= USERS_LISTED:
+        plural = "s" if len(users) > 1 else ""
+        return f"Used by {len(users)} model type{plural} {where}: " + ", ".join(html.escape(u) for u in users) + "."
+    among = (", among them " + ", ".join(html.escape(f) for f in families)) if families else ""
+    return (f"Used by {len(users)} model types {where}{among}; [the model finder](models.md) lists every "
+            f"one.")
+
+
+def census_classes(name: str) -> list[str]:
+    """The norm classes of transformers the census found equal to entry ``name`` bit for bit, each with the
+    constructor arguments it needs for that where its model passes them from its config."""
+    from . import census as C
+
+    return sorted(f"`{c['name']}`" + (f" (built with {C._args(built)})" if built else "")
+                  for c, _, built in C.classes_of([name]))
+
+
+CLASSES_LISTED = 6   # a card names the classes equal to its entry up to this many, else counts them
+
+
+def classes_sentence(classes: list[str]) -> str:
+    if len(classes) <= CLASSES_LISTED:
+        return f"Equal bit for bit to {len(classes)} norm class{'es' if len(classes) > 1 else ''} of transformers: " \
+            + ", ".join(classes) + "."
+    return f"Equal bit for bit to {len(classes)} norm classes of transformers."
 
 
 def missing_cards() -> list[str]:

@@ -38,6 +38,47 @@ QK_WORDS = {"none": "none", "per_head": "per head, on q and k", "whole_projectio
             "other": "other"}
 
 
+def gain_words(classes: list[dict]) -> str:
+    """How the model stores its norms' gains, in words, from the census records of its classes (``gain``:
+    "w", "1+w" or "none"): "stored as w, not 1 + w", "stored as 1 + w (offset)", both with the classes
+    named, or "none stored"."""
+    by = defaultdict(list)
+    for c in classes:
+        if c["gain"] in ("w", "1+w"):
+            by[c["gain"]].append(c["name"])
+    if not by:
+        return "none stored (the norms have no learned gain)"
+    if list(by) == ["w"]:
+        return "stored as w, not 1 + w"
+    if list(by) == ["1+w"]:
+        return "stored as 1 + w (offset)"
+    return f"stored as 1 + w (offset) in {', '.join(by['1+w'])}; as w, not 1 + w, in {', '.join(by['w'])}"
+
+
+def qk_words(qk: str | None, rope: str | None) -> str:
+    """The QK-norm and its order with RoPE, in words, from the census fields ``qk_norm`` and ``qk_rope``."""
+    if qk is None:
+        return "not known (the model was not traced)"
+    if qk == "none":
+        return "none, so no order with RoPE to choose"
+    what = QK_WORDS.get(qk, qk)
+    if rope is None:
+        return f"{what}; no RoPE on q and k after it, so no order with RoPE to choose"
+    return f"{what}, {rope} RoPE"
+
+
+def final_words(final: bool | None, module: str | None) -> str:
+    """Whether a norm follows the last layer, and which module it is."""
+    if final is None:
+        return "not known (the model was not traced)"
+    return (f"yes ({module})" if module else "yes") if final else "no"
+
+
+def card_words(classes: list[dict], qk, rope, final, final_module) -> dict:
+    """What a model card says in words (the finder shows these): ``gain``, ``qk``, ``final``."""
+    return {"gain": gain_words(classes), "qk": qk_words(qk, rope), "final": final_words(final, final_module)}
+
+
 def clear_caches() -> None:
     census.cache_clear()
     page_record.cache_clear()
@@ -189,6 +230,8 @@ def page_record() -> dict:
             "eps_attr": m["eps_attr"], "src": source_url(version, m["source"]) if m["source"] else None,
             "layer": [[e["module"], e["class"], e["role"], e["sublayer"], e.get("note")] for e in m["layer"]],
             "par": bool(m.get("parallel")),
+            "say": card_words([classes[n] for n in m["norm_classes"]], m["qk_norm"], m["qk_rope"], m["final_norm"],
+                              m.get("final_module")),
             "vars": [{"f": v["flag"], "v": v["value"], "d": v["default"], "req": v["requires"], "ch": v["changes"],
                       "pl": v["placement"], "qk": v["qk_norm"], "rope": v["qk_rope"], "par": bool(v["parallel"]),
                       "clip": v["clip"], "set": [c["repo"] for c in ckpts if c["model_type"] == m["model_type"]
@@ -214,14 +257,26 @@ def page_record() -> dict:
         convs = [c for c in spec.conventions if c in repro]
         cat_out[entry] = {"title": spec.title, "href": catalog_href(entry), "code": code,
                           "same": sorted({label for c in convs for label in repro[c]})}
+    by_type = {m["model_type"]: m for m in doc["models"]}
     checkpoints = [{"r": c["repo"], "al": c["aliases"], "t": c["model_type"], "rel": c["release"], "eps": c["eps"],
-                    "set": c["variants_set"], "st": c["structure"],
+                    "set": c["variants_set"], "st": c["structure"], "say": _checkpoint_words(c, by_type, classes),
                     "vals": {f: {"v": v["value"], "ok": v["agree"],
                                  "reads": [[r["source"], r["where"], r["value"]] for r in v["readings"]]}
                              for f, v in c["values"].items()}}
                    for c in ckpts]
     return {"transformers": version, "placement": PLACEMENT_WORDS, "qk": QK_WORDS,
             "models": models, "classes": cls_out, "catalog": cat_out, "checkpoints": checkpoints}
+
+
+def _checkpoint_words(c: dict, models: dict, classes: dict) -> dict | None:
+    """A released checkpoint's card words, from the structure its config resolves to (None: not resolved)."""
+    st = c["structure"]
+    if not st:
+        return None
+    base = models.get(c["model_type"]) or {}
+    module = base.get("final_module") if st["final_norm"] and base.get("final_norm") else None
+    return card_words([classes[n] for n in st["norm_classes"] if n in classes], st["qk_norm"], st["qk_rope"],
+                      st["final_norm"], module)
 
 
 def _embed(record: dict) -> str:
@@ -258,19 +313,22 @@ def _md(text) -> str:
 
 @macro("census_models_table")
 def census_models_table_macro(ctx) -> str:
-    """One row per model type: its name, classes, catalog entries, placement and QK-norm (plain text, so the
-    site search indexes every model type and class name)."""
+    """One row per model type: its name, classes, catalog entries, how its gain is stored, placement, QK-norm
+    and final norm in words (plain text, so the site search indexes every model type and class name)."""
     rec = page_record()
-    rows = ["| model type | classes | norm | catalog | placement | QK-norm |", "|---|---|---|---|---|---|"]
+    rows = ["| model type | classes | norm | catalog | gain | placement | QK-norm | final norm |",
+            "|---|---|---|---|---|---|---|---|"]
     for m in rec["models"]:
         label = f"`{m['t']}`" + (f" ({_md(m['name'])})" if m["name"] else "")
         if m["status"] != "traced":
-            rows.append(f"| {label} | {_md(m['cls'])}, {_md(m['cfg'])} | not traced: {_md(m['error'] or 'error')} | | | |")
+            rows.append(f"| {label} | {_md(m['cls'])}, {_md(m['cfg'])} | not traced: {_md(m['error'] or 'error')} "
+                        "| | | | | |")
             continue
         cat = ", ".join(f"[`{e}`]({catalog_href(e, markdown=True)})" for e in m["cat"]) or "none"
-        qk = m["qk"] + (f" ({m['rope']} RoPE)" if m["rope"] else "")
+        say = m["say"]
         rows.append(f"| {label} | {_md(m['cls'])}, {_md(m['cfg'])} | {_md(', '.join(m['norms']) or '-')} | {cat} | "
-                    f"{_md(m['pl'] + (', parallel block' if m['par'] else ''))} | {_md(qk)} |")
+                    f"{_md(say['gain'])} | {_md(m['pl'] + (', parallel block' if m['par'] else ''))} | "
+                    f"{_md(say['qk'])} | {_md(say['final'])} |")
     return "\n".join(rows) + "\n"
 
 
@@ -319,11 +377,69 @@ def census_classes_of_macro(ctx, *entries: str) -> str:
     for e in entries:
         if e not in catalog:
             raise MacroError(f"{ctx.src_path}: census_classes_of names {e!r}, which the catalog does not have")
-    rows = [c for c in census()["classes"] if c.get("catalog") and base_entry(c["catalog"]) in entries]
+    rows = classes_of(entries)
     if not rows:
         raise MacroError(f"{ctx.src_path}: docs/data/{FILE} matches no class to {', '.join(entries)}")
     lines = ["| class | equals | source |", "|---|---|---|"]
-    for c in sorted(rows, key=lambda c: (c["catalog"], c["name"])):
+    for c, entry, built in sorted(rows, key=lambda r: (r[1], r[0]["name"])):
         src = f"`{c['source']}`" + (f", line {c['line']}" if c.get("line") else "")
-        lines.append(f"| `{c['name']}` | `{c['catalog']}` | {src} |")
+        how = f" when built with {_args(built)}" if built else ""
+        lines.append(f"| `{c['name']}` | `{entry}`{how} | {src} |")
     return "\n".join(lines)
+
+
+def _args(args: dict) -> str:
+    return ", ".join(f"`{k}={v!r}`" for k, v in args.items())
+
+
+def classes_of(entries) -> list[tuple[dict, str, dict | None]]:
+    """``(class record, matched entry, constructor arguments or None)`` for every class the census found equal
+    to one of the catalog ``entries``: as the census builds it, or built as its model builds it under a config
+    value (``config_builds``; listed when that build matches another entry than the class's own)."""
+    out = []
+    for c in census()["classes"]:
+        if c.get("catalog") and base_entry(c["catalog"]) in entries:
+            out.append((c, c["catalog"], None))
+        for b in c.get("config_builds") or []:
+            if b["catalog"] and b["catalog"] != c.get("catalog") and base_entry(b["catalog"]) in entries:
+                out.append((c, b["catalog"], b["args"]))
+    return out
+
+
+def conformance_modules() -> dict:
+    """The ``transformers`` rows of the conformance study (``engine`` "Hugging Face transformers"): ``same``,
+    the labels of those equal to their family's module in every case run (the plot draws them as one row), and
+    ``differ``, ``(label, verdict, class, census entry, the modules it is compared with)`` for the others: the
+    census entry is the one the census finds the class equal to (None where it has no record of the class)."""
+    from reference_impl.studies.conformance import target
+
+    conf = data.load(CONFORMANCE)
+    classes = {c["name"]: c for c in census()["classes"]}
+    same, differ = [], []
+    for row in conf["implementations"]:
+        if row["engine"] != "Hugging Face transformers":
+            continue
+        if row["measured"] and row["identical"] == row["measured"]:
+            same.append(row["label"])
+            continue
+        cls = row["label"].split(" (", 1)[0]
+        differ.append((row["label"], row["verdict"], cls, (classes.get(cls) or {}).get("catalog"),
+                       [target(c).norm_class for c in row["conventions"].split("/")]))
+    return {"same": same, "differ": differ}
+
+
+@macro("conformance_modules")
+def conformance_modules_macro(ctx) -> str:
+    """``{{ conformance_modules() }}``: how the ``transformers`` modules appear in the plot and the table, and
+    why a module that differs from its family's module does (its own casting order, from the census)."""
+    mods = conformance_modules()
+    n = len(mods["same"]) + len(mods["differ"])
+    if not n:
+        raise MacroError(f"{ctx.src_path}: docs/data/{CONFORMANCE} has no transformers rows")
+    out = (f"The table gives each of the {n} `transformers` modules its own row; the plot draws the "
+           f"{len(mods['same'])} that equal their family's module in every case as one row.")
+    for label, verdict, cls, entry, against in mods["differ"]:
+        why = (f"the census finds `{cls}` equal to [`{entry}`]({catalog_href(entry, markdown=True)}), an order "
+               f"of its own, so against {' and '.join(against)} it {verdict}") if entry else f"it {verdict}"
+        out += f" {_md(label)} has a row of its own in the plot too: {why}."
+    return out

@@ -137,11 +137,22 @@ def summarize(impls, cases: list[dict]) -> list[dict]:
                "max_ulp_vs_oracle": max((g["max_ulp_vs_oracle"] for g in ok), default=None),
                "residual_identical": all(g.get("residual_identical", True) for g in ok) if ok else None,
                "unavailable": reasons}
-        row["verdict"] = ("not run here" if not ok else
-                          "bit-identical" if row["identical"] == len(ok) else
-                          f"differs in {len(ok) - row['identical']} of {len(ok)} cases")
+        row["verdict"] = verdict(row)
         rows.append(row)
     return rows
+
+
+def verdict(row: dict) -> str:
+    """The verdict of an implementation's row in words, from its counts: cases not run are said to be not
+    run (never folded into "of N"), so the verdict and the row's ``unavailable`` reasons cannot disagree."""
+    cases, measured, same = row["cases"], row["measured"], row["identical"]
+    if not measured:
+        return "not run here"
+    unrun = f"; {cases - measured} of {cases} not run" if measured < cases else ""
+    if same == measured:
+        return ("bit-identical" if not unrun else f"bit-identical in the {measured} cases run") + unrun
+    return f"differs in {measured - same} of {measured} cases run" + unrun if unrun else \
+        f"differs in {measured - same} of {measured} cases"
 
 
 def by_dtype(impls, cases: list[dict]) -> dict:

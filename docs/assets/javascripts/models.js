@@ -65,7 +65,8 @@
       var m = Object.assign({}, base, {
         t: c.r, name: c.rel || "", ck: c, base: base, eps: c.eps !== null ? c.eps : base.eps,
         pl: st.placement || base.pl, qk: st.qk_norm || base.qk, rope: st.qk_rope !== undefined ? st.qk_rope : base.rope,
-        par: st.parallel !== undefined ? !!st.parallel : base.par, final: st.final_norm !== undefined ? !!st.final_norm : base.final
+        par: st.parallel !== undefined ? !!st.parallel : base.par, final: st.final_norm !== undefined ? !!st.final_norm : base.final,
+        say: c.say || base.say
       });
       if (st.norms) m.layer = st.norms.map(function (n) { return [n.module, n["class"], n.role, n.sublayer, null]; });
       m.exact = [key(c.r), key(c.r.split("/")[1])].concat(c.al.map(key), c.al.map(function (a) { return key(a.split("/")[1]); }));
@@ -207,8 +208,9 @@
     row("convention", cats.length ? joinNodes(cats) : "no catalog entry reproduces it (see below)");
     row("eps", fmtEps(m.eps) + (m.eps_attr ? " (config " + m.eps_attr + ")" : ""));
     row("placement", m.pl + ": " + (data.placement[m.pl] || m.pl) + (m.pln ? " (" + m.pln + ")" : ""));
-    row("QK-norm", (data.qk[m.qk] || m.qk) + (m.rope ? ", " + m.rope + " RoPE" : ""));
-    row("final norm", m.final ? "yes" : "no");
+    row("gain", m.say.gain);
+    row("QK-norm", m.say.qk);
+    row("final norm", m.say.final);
     row("engines", link("../engines/#model-" + (m.base ? m.base.t : m.t), "what the serving and training engines compute for it"));
     var odd = unusual(m, data);
     row("unusual", odd.length ? joinNodes(odd.map(function (t) { return el("span", { text: t }); })) : "nothing");
@@ -344,8 +346,9 @@
     ["placement", function (m) { return m.pl; }],
     ["parallel block", function (m) { return m.par ? "yes" : "no"; }],
     ["QK-norm", function (m) { return m.qk; }],
-    ["QK-norm and RoPE", function (m) { return m.rope ? m.rope + " RoPE" : "-"; }],
-    ["final norm", function (m) { return m.final ? "yes" : "no"; }],
+    ["gain", function (m) { return m.say.gain; }],
+    ["QK-norm and RoPE", function (m) { return m.say.qk; }],
+    ["final norm", function (m) { return m.say.final; }],
     ["extra norms", function (m) { return m.extra.join(", ") || "none"; }]
   ];
 
