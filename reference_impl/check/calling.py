@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import torch
 
 from . import matching as M
@@ -109,13 +110,56 @@ def reference_grads(target: Target, p: M.Probe, dy) -> list:
         bdx, bdw = T.convention_backward_bounds(dy.cpu(), p.x.cpu(), None if p.weight is None else p.weight.cpu(),
                                                 p.eps, target.convention, target.placement, extra_low=2,
                                                 w_low_rows=True)
-        return [(dx64, bdx), (dw64, bdw), (None, None)]
+        return [(dx64, bdx + range_terms(target, p, dy, 2)), (dw64, bdw), (None, None)]
     b = None if p.bias is None else p.bias.cpu()
     dx64, dw64, db64 = O.layer_norm_backward(dyd, xd, p.weight.cpu().double().numpy(),
                                              None if b is None else b.double().numpy(), p.eps)
     bdx, bdw, bdb = T.ln_family_backward_bounds(dy.cpu(), p.x.cpu(), p.weight.cpu(), b, p.eps,
                                                 extra_low=2, w_low_rows=True)
-    return [(dx64, bdx), (dw64, bdw), (db64, bdb)]
+    return [(dx64, bdx + range_terms(target, p, dy, 2)), (dw64, bdw), (db64, bdb)]
+
+
+def range_terms(target: Target, p: M.Probe, dy, extra_low: int) -> np.ndarray:
+    """What the backward bounds of :mod:`reference_impl.tolerances` leave out at the ends of the range, added
+    to dx's bound: that analysis charges every rounding relative to its result, which holds in the normal
+    range only. The kit's wide probes scale rows from 1e-3 sqrt(eps) to the edge where a float32 sum of
+    squares would overflow, and there two roundings are absolute instead (eta_c: half the smallest
+    subnormal of the dtype, 2**-150 for float32):
+
+    - the term through the statistic. torch's backward of ``rsqrt(ms + eps)`` forms ``-0.5 grad r**3``;
+      ``r**3`` leaves float32's normal range once the RMS exceeds 2**42 (about 4e12), where its absolute
+      error is eta_32, at most ``r**3`` itself (it flushes to zero): a relative error of
+      ``min(1, eta_32 / r**3)`` on the whole term ``r c_i mean(g xhat)`` (RMSNorm) or
+      ``r xhat_i mean(g xhat)`` (LayerNorm), charged to its envelope ``r |c_i| mean|g xhat|``; the per-row
+      scalar ``grad / d`` may itself be subnormal, eta_32 times ``2 |x_i|`` (the mean square's derivative);
+    - each of the ``extra_low`` roundings in x's dtype on g (e.g. ``dy * w`` in bfloat16) adds at most
+      eta_x to every g_j where the product is subnormal in x's dtype; through dx_i = r (g_i - c_i mean(g
+      xhat)) (LayerNorm: also - mean(g)) that is ``eta_x r (1 + |c_i| mean|xhat|)`` (LayerNorm: ``2 +``).
+
+    A float32 row whose RMS is above 2**42 and d = 1 meets the first term with equality: its exact dx is
+    almost 0 and the float32 one is r g, the statistic's term lost (tests/check/test_kit.py). Statistics in
+    float64 (the ``reference`` convention with float64 x): no term."""
+    xd = p.x.detach().cpu().double().numpy()
+    cd = torch.float32 if p.x.dtype != torch.float64 else torch.float64
+    eta_c = float(torch.finfo(cd).tiny) * float(torch.finfo(cd).eps) / 2
+    eta_x = float(torch.finfo(p.x.dtype).tiny) * float(torch.finfo(p.x.dtype).eps) / 2
+    layer = target.kind == "layer"
+    xc = xd - xd.mean(-1, keepdims=True) if layer else xd
+    r = 1.0 / np.sqrt((xc * xc).mean(-1, keepdims=True) + p.eps)
+    xhat = xc * r
+    gain = p.effective_gain()
+    g = dy.detach().cpu().double().numpy() * (1.0 if gain is None else gain.cpu().double().numpy())
+    if target.kind == "rms" and target.placement != "inside":
+        s = np.sqrt((xd * xd).mean(-1, keepdims=True))
+        c = np.where(s > 0, xd / np.where(s > 0, s, 1.0), 0.0)
+    else:
+        c = xhat
+    stat = r * np.abs(c) * np.abs(g * xhat).mean(-1, keepdims=True)
+    with np.errstate(over="ignore", divide="ignore"):
+        rel = np.minimum(1.0, eta_c / r ** 3)
+    out = rel * stat + 2 * eta_c * np.abs(xc)
+    out = out + extra_low * eta_x * r * ((2.0 if layer else 1.0) + np.abs(c) * np.abs(xhat).mean(-1, keepdims=True))
+    return out * (1.0 + 2.0 ** -20)  # the bound's own float64 evaluation
 
 
 def grad_names(target: Target) -> tuple[str, str, str]:

@@ -296,9 +296,7 @@ def run_case(fn, target: Target, case: Case, *, grads=True, bits=True, use_hf=Tr
     res.identical, res.fraction_different, res.max_ulp = c["identical"], c["fraction_different"], c["max_ulp"]
     res.err_ulp, res.within_bound = c["max_ulp_vs_oracle"], c["within_bound"]
     res.worst_err_ulp, res.bound_ulp = c["worst_err_ulp"], c["bound_ulp"]
-    if grads and case.layout == "wide":
-        res.grad_note = "gradients are checked on the small probes (widths up to 127), not on the wide ones"
-    elif grads:
+    if grads:
         try:
             res.grad_ratio, res.grad_note, problem = _grads(fn, target, p, residual)
             res.problem = res.problem or problem
