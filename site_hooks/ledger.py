@@ -317,7 +317,9 @@ def ledger_macro(ctx) -> str:
         if not mine:
             continue
         out.append(f"\n## {theme['title']}\n")
-        out.append("| claim and verdict | what the article says |")
+        # the id and verdict column needs no name (a link and a coloured verdict say what they are); unnamed,
+        # it also draws no label line in each card of the phone layout
+        out.append("| | what the article says |")
         out.append("|---|---|")
         for c in mine:
             e = found.get(c["id"])
