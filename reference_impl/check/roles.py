@@ -187,7 +187,12 @@ def gated_reference_grads(target: Target, p: M.Probe, dy) -> list:
     (silu's slope cancels to 0 near gate = -1.28: its errors are charged to the terms that cancel); before
     the norm the factor ``x act'`` is likewise charged as ``|x| act'_env``. ``dweight`` sums the rows: ``u_w |dw| + (gamma(rows +
     d//2 + 8) + gamma(rows + 2, u_w) + low + 8 u_32) sum |dy n a|`` (the rows may be added in the weight's
-    dtype). Each has the floor of half the smallest subnormal of its dtype.
+    dtype). Each has the floor of half the smallest subnormal of its dtype. At the ends of the kit's range
+    (the wide probes' rows) the envelope of the RMS backward gains the terms of
+    :func:`reference_impl.check.calling.range_terms`: the statistic's term lost to float32 underflow of
+    ``r**3`` (relative ``min(1, eta_32 / r**3)``), ``2 eta_32 |u|`` for a subnormal per-row scalar, and
+    ``eta_x r (1 + |n| mean|n|)`` for each of the four roundings of g in x's dtype; eight eta_32 join the
+    floor for products in float32 below its normal range.
     """
     import numpy as np
     import torch
@@ -217,7 +222,17 @@ def gated_reference_grads(target: Target, p: M.Probe, dy) -> list:
     u = T.unit_roundoff
     k = d // groups
     rel = T.gamma(k + 10, u(torch.float32)) + T.gamma(k + 10, u(torch.float64)) + 4 * u(xdt) + 8 * u(torch.float32)
-    floor_x = float(torch.finfo(xdt).tiny) * u(xdt)
+    # the ends of the range, as calling.range_terms derives them for RMSNorm: the statistic's term lost to
+    # float32 underflow of r**3, the per-row scalar subnormal, and eta_x on each rounding of g in x's dtype
+    eta32 = float(torch.finfo(torch.float32).tiny) * u(torch.float32)
+    eta_x = float(torch.finfo(xdt).tiny) * u(xdt)
+    nn = np.abs(n).reshape(shp)
+    with np.errstate(over="ignore", divide="ignore"):
+        lost = np.minimum(1.0, eta32 / r ** 3)
+    stat = r * nn * np.abs(gn).mean(-1, keepdims=True)
+    env = env + ((lost * stat + 2 * eta32 * np.abs(ug) + 4 * eta_x * r * (1.0 + nn * nn.mean(-1, keepdims=True)))
+                 * (1.0 + 2.0 ** -20)).reshape(x.shape) / rel
+    floor_x = float(torch.finfo(xdt).tiny) * u(xdt) + 8 * eta32
     if before:
         dx, dgate = du * a, du * x * slope
         bdx = u(xdt) * np.abs(dx) + rel * env * np.abs(a) + floor_x
