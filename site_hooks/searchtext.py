@@ -6,12 +6,24 @@ and result snippets showed it raw. :func:`rewrite_index`, run after the build (`
 hooks.py, after the search plugin has written its file), replaces each formula in the index by a plain-text
 reading of it (``√(sigma² + epsilon)``), so a snippet reads as a sentence and a search for "eps" still
 finds it. Pages themselves are untouched: they show the drawn SVG.
+
+It also makes the search answer what newcomers type:
+
+- Words are split at round brackets as well as at spaces and hyphens (:data:`SEPARATOR`, written into the
+  index's configuration, which the browser's search reads): with mkdocs' default, "(1 + w)" was the words
+  "(1" and "w)", which a search for "1 + w" cannot match, and "(rsqrt)" one that "rsqrt" missed.
+- Each model type with a family name becomes an entry of the "Find your model" page whose address opens
+  its card (``models/#model=gemma4``): a search for "gemma 4" or "qwen3 next" offers the card itself
+  (:func:`finder_entries`).
+- A few sections get tags (:data:`TAGS`) for the words newcomers type that their text cannot win.
 """
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
+from urllib.parse import quote
 
 # TeX commands read as a word or a character. Greek letters keep their names ("epsilon", not "ε"), so a
 # reader who types "eps" or "sigma" finds the formula; operators, relations and dots become characters.
@@ -158,14 +170,84 @@ def strip_formulas(text: str) -> str:
     return FORMULA.sub(one, text)
 
 
-def rewrite_index(site_dir: str | Path) -> int:
-    """Rewrites ``search/search_index.json`` of a built site with plain-text formulas; returns how many
-    entries changed. A site without a search index (search disabled) is left alone."""
+# where the site search splits words: spaces and hyphens (mkdocs' default) and round brackets. Splitting
+# at underscores, slashes or dots as well was tried and sent "qk norm" and "jacobian" to the wrong pages
+# (the search reads each word as a prefix, and many new short words matched them)
+SEPARATOR = r"[\s\-()]+"
+DEFAULT_SEPARATOR = r"[\s\-]+"
+FINDER_PAGE = "models/"
+# A card's entry weighs as much as a section of a page. Only model types with a family name get one: the
+# title is that name ("Gemma 4", "Qwen3-Next"), made of words readers type; a title made of the model type
+# itself ("gemma4_unified_text") is a word so rare that the search ranked it above the page that answers
+# "gemma eps". The model type stays in the text.
+FINDER_BOOST = 1.0
+# Tags weigh a million times the text in Material's search (its default field boosts): a tag that is one of
+# a newcomer's words sends each query holding it to that section. Keep them few and specific. "check" sends
+# "check my kernel" (and "check") to the kit's page, which the kernels pages outranked by the word "kernel";
+# "1 + w" sends "1 + w" and "1 + weight" (the search reads "1*" and "w*" or "weight*") to the section that
+# explains the offset gain, which a title "(1 + w)" alone did not win against code signatures full of
+# w-words.
+TAGS = {"check/": ["check"], "norms/#the-1-w-gain": ["1 + w"]}
+
+
+def finder_entries(record: dict) -> list[dict]:
+    """One search entry per model type with a family name in the finder's record
+    (``site_hooks.census.page_record()``), at the address that opens its card: the family name as title, the
+    model type, its classes and its catalog entries as text."""
+    def where(name: str) -> str:
+        return f"{FINDER_PAGE}#model={quote(name, safe='')}"
+
+    out = []
+    for m in record["models"]:
+        if not m["name"]:
+            continue
+        title = m["name"]
+        classes = ", ".join(filter(None, [m["cls"], m["cfg"], *m["norms"]]))
+        text = (f"The card of model type {m['t']} in Find your model: {classes}"
+                + (f"; catalog: {', '.join(m['cat'])}" if m["cat"] else "")
+                + ("" if m["status"] == "traced" else "; not traced"))
+        out.append({"location": where(m["t"]), "title": html.escape(title), "text": html.escape(text),
+                    "boost": FINDER_BOOST})
+    return out
+
+
+def _finder_record() -> dict:
+    from site_hooks import census
+
+    return census.page_record()
+
+
+def rewrite_index(site_dir: str | Path, finder_record: dict | None = None) -> int:
+    """Rewrites ``search/search_index.json`` of a built site: plain-text formulas, the separator
+    :data:`SEPARATOR`, and, when the site has the "Find your model" page, its cards as entries
+    (:func:`finder_entries` of ``finder_record``, by default the census's). Returns how many entries changed
+    or were added. A site without a search index (search disabled) is left alone."""
     path = Path(site_dir) / "search" / "search_index.json"
     if not path.is_file():
         return 0
     index = json.loads(path.read_text(encoding="utf-8"))
+    config = index.setdefault("config", {})
+    if config.get("separator", DEFAULT_SEPARATOR) not in (DEFAULT_SEPARATOR, SEPARATOR):
+        raise ValueError(f"{path}: mkdocs.yml sets the search separator {config['separator']!r}; the separator "
+                         f"is set in site_hooks/searchtext.py (SEPARATOR), so set it there instead")
+    config["separator"] = SEPARATOR
     changed = 0
+    docs = index.get("docs", [])
+    if any(d.get("location") == "" for d in docs):  # a whole site (its home page), not a test's small index
+        by_location = {d["location"]: d for d in docs}
+        missing = sorted(set(TAGS) - set(by_location))
+        if missing:
+            raise ValueError(f"{path}: no search entry at {missing}, which site_hooks/searchtext.py TAGS names "
+                             f"(a heading renamed or a page moved?)")
+        for location, tags in TAGS.items():
+            doc = by_location[location]
+            doc["tags"] = list(dict.fromkeys([*doc.get("tags", []), *tags]))
+            changed += 1
+    if any(d.get("location") == FINDER_PAGE for d in docs):
+        known = {d["location"] for d in docs}
+        added = [e for e in finder_entries(finder_record or _finder_record()) if e["location"] not in known]
+        docs.extend(added)
+        changed += len(added)
     for doc in index.get("docs", []):
         for key in ("title", "text"):
             new = strip_formulas(doc.get(key, ""))
