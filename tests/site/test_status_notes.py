@@ -108,3 +108,41 @@ def test_probe_accepts_state_badges_and_correct_counts(good):
 
 def test_article_text_drops_markup():
     assert article_text('<nav>1 threads</nav><article><p>a <b>b</b></p><script>1 threads</script></article>') == "a b"
+
+
+# -- the hooks that render states instead of sentences ---------------------------------------------------------
+
+def test_plural_and_count_say_one_thread_and_two_threads():
+    from site_hooks.macros import MacroError
+    from site_hooks.wording import plural
+
+    assert [plural(1, "thread"), plural(2, "thread"), plural(0, "round")] == ["1 thread", "2 threads", "0 rounds"]
+    assert plural(1, "batch", "batches") == "1 batch" and plural(4, "batch", "batches") == "4 batches"
+    for bad in ("2", None, True):
+        with pytest.raises(MacroError, match="is not a count"):
+            plural(bad, "thread")
+
+
+def test_run_record_is_read_from_the_provenance(monkeypatch):
+    from site_hooks import wording
+    from site_hooks.macros import PageContext
+
+    prov = {"command": "python -m x", "quick": False, "date": "2026-12-03T19:11:20+00:00", "duration_s": 833.7,
+            "load_avg": [2.92], "load_avg_end": [2.95], "machine": {"cpu": "AMD EPYC", "cores": 2, "torch_threads": 1}}
+    files = {"full.json": {"provenance": prov}, "quick.json": {"provenance": dict(prov, quick=True)}}
+    monkeypatch.setattr("site_hooks.data.load", lambda name: files[name])
+    ctx = PageContext("x.md")
+    full = wording.run_record(ctx, "full.json")
+    assert "measured" in full and "1 PyTorch thread " in full.replace("·", " ") and "2 cores" in full
+    assert "13.9 min" in full and "2026-12-03" in full and "load 2.92 to 2.95" in full
+    assert "smoke run" in wording.run_record(ctx, "quick.json") and "smoke run" not in full
+    assert not status_notes(article_text(f"<article>{full}</article>"))
+
+
+def test_data_state_shows_a_badge_for_a_missing_file():
+    from site_hooks import wording
+    from site_hooks.macros import PageContext
+
+    out = wording.data_state(PageContext("x.md"), "no_such_gpu_run.json", "a GPU", "scripts/gpu_check.sh")
+    assert "needs a GPU" in out and "docs/data/no_such_gpu_run.json" in out and "scripts/gpu_check.sh" in out
+    assert not status_notes(article_text(f"<article>{out}</article>"))
