@@ -4,9 +4,10 @@ Starting from the model's own order (its replay, :func:`replay`, bit-identical t
 kit's inputs), change one operation at a time (where the sum of squares is accumulated, where eps goes, the
 ``1 + w`` offset, a rounding step before the gain, a mean subtracted, the dimension reduced over, the value
 of eps, the dtype the gain is held in) and name the change that reproduces the function's output bit for
-bit on the failing cases (or most closely). Failures that are not about values are named from what the
-kit saw (an exception, an input changed in place, two calls that disagree, a wrong shape or dtype, the
-residual contract, a missing or wrong gradient).
+bit on the failing cases (or most closely); where none does, pairs of changes (:func:`fixed_pairs` and the
+changes that came closest alone, two by two) are replayed and the pair that does is named. Failures that
+are not about values are named from what the kit saw (an exception, an input changed in place, two calls
+that disagree, a wrong shape or dtype, the residual contract, a missing or wrong gradient).
 
 :func:`explain` returns one sentence, its evidence and a line to rerun the failing case; it never says that
 a failing function equals the model.
