@@ -12,9 +12,9 @@ What a newcomer wants, decided here:
 - "1 + w", "1 + weight": the section of the catalog that explains the offset gain (Gemma's and Qwen3-Next's
   ``1 + w``), not a function signature that happens to hold a 1 and a weight.
 - "gemma 4", "qwen3 next": a model's name asks what that model does, so the first result is that model's
-  card on "Find your model" (its address opens the card). For Qwen3-Next the card lists all its norms (the
-  ``1 + w`` RMSNorm of its layers, the gated norm inside its linear attention, the L2 norm of q and k) and
-  links each to its page; the gated-norm page shows one of them, so it is the second result at best.
+  card on "Find your model" (its address opens the card). For Qwen3-Next the card lists both its norm
+  classes (the ``1 + w`` RMSNorm of its layers and the gated norm inside its linear attention) and links
+  each to its catalog entry; the gated-norm page shows one of them, so it comes after the card.
 - "install", "pip install": an Install section (the same commands on Home, the kit's page and the API page).
 """
 from __future__ import annotations
