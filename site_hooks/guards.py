@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .macros import MacroError, macro
+from .wording import plural
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "build" / "test-results.json"
@@ -246,9 +247,10 @@ def run_info() -> str:
     if not r:
         return "No test run recorded in this build (run <code>make test</code>)."
     m = r.get("machine", {})
+    cores = plural(m["cores"], "core") if isinstance(m.get("cores"), int) else "? cores"
     text = (f"Outcomes from the test run of {html.escape(r.get('date', '?'))} at commit "
             f"<code>{html.escape(r.get('commit', '?'))}</code> on {html.escape(str(m.get('cpu', '?')))} "
-            f"({m.get('cores', '?')} cores, torch {html.escape(str(m.get('torch', '?')))})")
+            f"({cores}, torch {html.escape(str(m.get('torch', '?')))})")
     partial = r.get("partial_runs") or []
     if partial:
         text += (f", updated by {len(partial)} partial run{'s' if len(partial) > 1 else ''} "

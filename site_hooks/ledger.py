@@ -329,7 +329,7 @@ def ledger_macro(ctx) -> str:
         # the findings fold under the table (a link to a claim's anchor opens its fold), so the page stays
         # a table of verdicts a reader can scan
         out.append(f'\n<details class="note claim-findings" markdown="1"><summary>More: the finding and evidence '
-                   f'for each of these {len(mine)} claims</summary>\n')
+                   f'for {"this claim" if len(mine) == 1 else f"each of these {len(mine)} claims"}</summary>\n')
         for c in mine:
             out += _claim_section(ctx, c, found.get(c["id"]))
         out.append("\n</details>\n")
