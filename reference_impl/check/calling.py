@@ -112,9 +112,10 @@ def reference_grads(target: Target, p: M.Probe, dy) -> list:
                                                 w_low_rows=True)
         return [(dx64, bdx + range_terms(target, p, dy, 2)), (dw64, bdw), (None, None)]
     b = None if p.bias is None else p.bias.cpu()
-    dx64, dw64, db64 = O.layer_norm_backward(dyd, xd, p.weight.cpu().double().numpy(),
+    w = None if p.weight is None else p.weight.cpu()  # OLMo's LayerNorm has neither gain nor bias
+    dx64, dw64, db64 = O.layer_norm_backward(dyd, xd, None if w is None else w.double().numpy(),
                                              None if b is None else b.double().numpy(), p.eps)
-    bdx, bdw, bdb = T.ln_family_backward_bounds(dy.cpu(), p.x.cpu(), p.weight.cpu(), b, p.eps,
+    bdx, bdw, bdb = T.ln_family_backward_bounds(dy.cpu(), p.x.cpu(), w, b, p.eps,
                                                 extra_low=2, w_low_rows=True)
     return [(dx64, bdx + range_terms(target, p, dy, 2)), (dw64, bdw), (db64, bdb)]
 

@@ -136,11 +136,13 @@ def _from_index(name: str, row: dict, version: str) -> Target:
     outside = "eps outside" in flags or rms_entry == "rms_norm.eps_outside"
     eps = row.get("eps")
     return Target(name=name, entry=rms_entry, kind=_kind_of(rms_entry), convention=conv,
-                  eps=1e-6 if eps is None else float(eps), gain=row.get("gain") or "w",
+                  eps=float(_default_eps(rms_entry)) if eps is None else float(eps), gain=row.get("gain") or "w",
                   placement="outside" if outside else "inside",
                   gain_dtype=row.get("gain_dtype") or "float32", module=row.get("module"),
                   norm_class=row.get("norm_class"), qk_norm=row.get("qk_norm") or "none",
-                  bias=bool(row.get("bias", _kind_of(rms_entry) == "layer" and conv != "cohere")),
+                  # a norm without a gain (OLMo's LayerNorm) has no bias either, unless the census says so
+                  bias=bool(row.get("bias", _kind_of(rms_entry) == "layer" and conv != "cohere"
+                                    and (row.get("gain") or "w") != "none")),
                   source=f"the census of transformers {version} (reference_impl/check/census_index.json)")
 
 
@@ -319,6 +321,23 @@ def _default_eps(entry: str) -> float:
     return CATALOG[entry].params.get("eps", 1e-6)
 
 
+def _construct(cls, d: int, eps: float):
+    """``cls`` of width ``d`` with ``eps``, as its constructor takes them: positionally or as ``hidden_size``,
+    and ``eps`` only where the constructor has such a parameter (OLMo's LayerNorm fixes its own)."""
+    import inspect
+
+    try:
+        params = inspect.signature(cls.__init__).parameters
+    except (TypeError, ValueError):
+        params = {}
+    takes_eps = "eps" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    kw = {"eps": eps} if takes_eps else {}
+    try:
+        return cls(d, **kw)
+    except TypeError:
+        return cls(hidden_size=d, **kw)
+
+
 def hf_module(target: "Target", d: int, weight, bias=None):
     """The model's own norm module from the installed transformers (or torch.nn), width ``d``, holding
     ``weight`` (and ``bias``) exactly, in their dtypes; None when the target names no class. Raises
@@ -342,10 +361,7 @@ def hf_module(target: "Target", d: int, weight, bias=None):
     if cls is None:
         raise ValueError(f"{target.module} has no class {target.norm_class!r} (installed transformers differs "
                          f"from the census's): rerun the census or pass convention=")
-    try:
-        m = cls(d, eps=target.eps)
-    except TypeError:
-        m = cls(hidden_size=d, eps=target.eps)
+    m = _construct(cls, d, target.eps)
     with torch.no_grad():
         if weight is not None:
             if getattr(m, "weight", None) is None:
