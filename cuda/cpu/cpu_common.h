@@ -37,6 +37,12 @@ inline bool use_tiles(int64_t d, int64_t elem_size) {
   if (const char* env = std::getenv("NORMLAB_CPU_TILE")) limit = std::atoll(env);
   return d <= kShortRow && d * elem_size <= limit;
 }
+// Software prefetch of the next row in the row kernels (simd.h, prefetch_l2): on unless NORMLAB_CPU_PREFETCH=0
+// (read on every call, so a measurement can show what it is worth; results are the same bits either way).
+inline bool prefetch_rows() {
+  const char* env = std::getenv("NORMLAB_CPU_PREFETCH");
+  return !(env && env[0] == '0' && env[1] == 0);
+}
 // Rows per parallel task aim at this many elements, so small inputs are not split across threads.
 constexpr int64_t kGrainElems = 16384;
 

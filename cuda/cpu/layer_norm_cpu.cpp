@@ -43,7 +43,7 @@ void ln_fwd_into(const at::Tensor& x, const c10::optional<at::Tensor>& weight, c
               residual.has_value() ? res_out.data_ptr() : nullptr,
               wf.defined() ? wf.data_ptr() : nullptr, bf.defined() ? bf.data_ptr() : nullptr,
               y.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(), d, static_cast<float>(eps),
-              static_cast<int64_t>(y.nbytes()) >= stream_bytes(), contract == 2};
+              static_cast<int64_t>(y.nbytes()) >= stream_bytes(), contract == 2, prefetch_rows()};
   by_types3(x.scalar_type(), [&](auto t, auto wt, auto bt) {
     using T = decltype(t);
     using WT = decltype(wt);
@@ -108,7 +108,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd_cpu(const at::Tens
   const at::Tensor wf = as_f32(weight);
   LnBwdArgs a{dy.data_ptr(), x.data_ptr(), wf.defined() ? wf.data_ptr() : nullptr,
               mean.data_ptr<float>(), rstd.data_ptr<float>(), dx.data_ptr(), d,
-              static_cast<int64_t>(dx.nbytes()) >= stream_bytes()};
+              static_cast<int64_t>(dx.nbytes()) >= stream_bytes(), prefetch_rows()};
   by_types3(x.scalar_type(), [&](auto t, auto wt, auto) {
     using T = decltype(t);
     using WT = decltype(wt);

@@ -39,6 +39,7 @@ struct LnFwdArgs {
   float eps;
   bool stream;
   bool residual_fp32 = false;  // statistics and output from fp32 x + residual, not from round_x(x + residual)
+  bool prefetch = false;  // prefetch the next row during a row's last pass (prefetch_l2, simd.h)
 };
 
 struct LnBwdArgs {
@@ -50,6 +51,7 @@ struct LnBwdArgs {
   void* dx;
   int64_t d;
   bool stream;
+  bool prefetch = false;  // prefetch the next row's dy and x during a row's last pass
 };
 
 // The wide second pass of a row whose float32 sums left the normal range (the mean's sum overflowed,
@@ -105,6 +107,9 @@ void ln_fwd_rows(const LnFwdArgs& a, int64_t r0, int64_t r1) {
     const T* x0 = x;
     const T* r = a.residual ? static_cast<const T*>(a.residual) + i * d : nullptr;
     T* y = static_cast<T*>(a.y) + i * d;
+    const bool more = a.prefetch && i + 1 < r1;  // the next row's x (and residual), asked for in the last pass
+    const T* xn = more ? x0 + d : nullptr;
+    const T* rn = more && r ? r + d : nullptr;
     if (r) {  // h = round_x(x + residual): stored once, then read back from the cache
       T* ho = static_cast<T*>(a.residual_out) + i * d;
       row_store<V>(ho, d, false, [&](auto q, int64_t j) {
@@ -139,6 +144,7 @@ void ln_fwd_rows(const LnFwdArgs& a, int64_t r0, int64_t r1) {
     a.rstd[i] = rs;
     row_store<V>(y, d, a.stream, [&](auto q, int64_t j) {
       using Q = decltype(q);
+      prefetch_l2(xn, j), prefetch_l2(rn, j);
       auto v = Q::mul(Q::sub(Q::sub(src(q, j), Q::set1(mu)), Q::set1(c)), Q::set1(rs));
       if (w) v = Q::mul(v, Q::load(w + j));
       if (b) v = Q::add(v, Q::load(b + j));
@@ -228,6 +234,9 @@ void ln_bwd_rows(const LnBwdArgs& a, int64_t r0, int64_t r1, float* part) {
     const T* x = static_cast<const T*>(a.x) + i * d;
     T* dx = static_cast<T*>(a.dx) + i * d;
     const float mu = a.mean[i], rs = a.rstd[i];
+    const bool more = a.prefetch && i + 1 < r1;  // the next row's dy and x, asked for in the last pass
+    const T* dyn = more ? dy + d : nullptr;
+    const T* xn = more ? x + d : nullptr;
     auto g = [&](auto q, int64_t j) {
       using Q = decltype(q);
       return w ? Q::mul(Q::load(dy + j), Q::load(w + j)) : Q::load(dy + j);
@@ -246,6 +255,7 @@ void ln_bwd_rows(const LnBwdArgs& a, int64_t r0, int64_t r1, float* part) {
     // element position exactly once, so dy and x are loaded and widened once here instead of three times
     row_store<V>(dx, d, a.stream, [&](auto q, int64_t j) {
       using Q = decltype(q);
+      prefetch_l2(dyn, j), prefetch_l2(xn, j);
       const auto dyv = Q::load(dy + j);
       const auto xh = xhat(q, j);
       Q::store(pw + j, Q::add(Q::load(pw + j), Q::mul(dyv, xh)));

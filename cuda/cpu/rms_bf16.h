@@ -170,7 +170,7 @@ inline void sumsq(const c10::BFloat16* x, int64_t dn, float* ss, uint32_t* mag) 
 // same rs. Streams (non-temporal stores) when asked and the row starts on a 64-byte boundary.
 template <int Conv, int D>
 inline void store_row(const c10::BFloat16* x, c10::BFloat16* y, const float* w, int64_t dn, float rs,
-                      bool stream) {
+                      bool stream, const c10::BFloat16* next = nullptr) {
   const int64_t d = D > 0 ? D : dn;
   const __m512 vr = _mm512_set1_ps(rs), one = _mm512_set1_ps(1.0f);
   auto value = [&](__m512i v, __m512 w0, __m512 w1) {
@@ -189,6 +189,7 @@ inline void store_row(const c10::BFloat16* x, c10::BFloat16* y, const float* w, 
   if (stream && (reinterpret_cast<uintptr_t>(y) & 63) == 0) {
 #pragma GCC unroll 8
     for (; j + 32 <= d; j += 32) {
+      prefetch_l2(next, j);  // the next row's line at this position (simd.h)
       const __m512i v = _mm512_loadu_si512(x + j);
       const __m512 w0 = Conv < 2 ? _mm512_loadu_ps(w + j) : one, w1 = Conv < 2 ? _mm512_loadu_ps(w + j + 16) : one;
       _mm512_stream_si512(reinterpret_cast<__m512i*>(y + j), value(v, w0, w1));
@@ -196,6 +197,7 @@ inline void store_row(const c10::BFloat16* x, c10::BFloat16* y, const float* w, 
   } else {
 #pragma GCC unroll 8
     for (; j + 32 <= d; j += 32) {
+      prefetch_l2(next, j);
       const __m512i v = _mm512_loadu_si512(x + j);
       const __m512 w0 = Conv < 2 ? _mm512_loadu_ps(w + j) : one, w1 = Conv < 2 ? _mm512_loadu_ps(w + j + 16) : one;
       _mm512_storeu_si512(y + j, value(v, w0, w1));

@@ -39,6 +39,7 @@ struct RmsFwdArgs {
   int convention;        // 0 Llama, 1 Gemma
   bool stream;           // non-temporal stores for y
   bool residual_fp32 = false;  // statistic and output from fp32 x + residual, not from round_x(x + residual)
+  bool prefetch = false;  // prefetch the next row during a row's last pass (prefetch_l2, simd.h)
 };
 
 struct RmsBwdArgs {
@@ -50,6 +51,7 @@ struct RmsBwdArgs {
   int64_t d;
   int convention;
   bool stream;
+  bool prefetch = false;  // prefetch the next row's dy and x during a row's last pass
 };
 
 // The wide second pass of a row whose float32 sum of squares left the normal range (sum_out_of_range):
@@ -98,6 +100,9 @@ void rms_fwd_rows(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
     const T* x = h;
     const T* r = a.residual ? static_cast<const T*>(a.residual) + i * d : nullptr;
     T* y = static_cast<T*>(a.y) + i * d;
+    const bool more = a.prefetch && i + 1 < r1;  // the next row's x (and residual), asked for in the last pass
+    const T* xn = more ? x + d : nullptr;
+    const T* rn = more && r ? r + d : nullptr;
     if (a.residual) {  // h = round_x(x + residual): stored once, then read back from the cache
       T* ho = static_cast<T*>(a.residual_out) + i * d;
       row_store<V>(ho, d, false, [&](auto q, int64_t j) {
@@ -124,16 +129,19 @@ void rms_fwd_rows(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
     if (!w) {
       row_store<V>(y, d, a.stream, [&](auto q, int64_t j) {
         using Q = decltype(q);
+        prefetch_l2(xn, j), prefetch_l2(rn, j);
         return Q::mul(src(q, j), Q::set1(rs));
       });
     } else if (a.convention == 0) {  // Llama: cast the normalized row to x's dtype, then scale
       row_store<V>(y, d, a.stream, [&](auto q, int64_t j) {
         using Q = decltype(q);
+        prefetch_l2(xn, j), prefetch_l2(rn, j);
         return Q::mul(Q::round(Q::mul(src(q, j), Q::set1(rs)), static_cast<T*>(nullptr)), Q::load(w + j));
       });
     } else {  // Gemma: scale by (1 + w) in fp32, cast once
       row_store<V>(y, d, a.stream, [&](auto q, int64_t j) {
         using Q = decltype(q);
+        prefetch_l2(xn, j), prefetch_l2(rn, j);
         return Q::mul(Q::mul(src(q, j), Q::set1(rs)), Q::add(Q::set1(1.0f), Q::load(w + j)));
       });
     }
@@ -234,12 +242,13 @@ void rms_fwd_bf16(const RmsFwdArgs& a, int64_t r0, int64_t r1) {
     a.rstd[i] = rs;
     const c10::BFloat16* x = static_cast<const c10::BFloat16*>(a.x) + i * d;
     c10::BFloat16* y = static_cast<c10::BFloat16*>(a.y) + i * d;
+    const c10::BFloat16* xn = a.prefetch && R == 1 && i + 1 < r1 ? x + d : nullptr;  // long rows: the next row
     if (!w)
-      store_row<2, D>(x, y, w, d, rs, a.stream);
+      store_row<2, D>(x, y, w, d, rs, a.stream, xn);
     else if (a.convention == 0)
-      store_row<0, D>(x, y, w, d, rs, a.stream);
+      store_row<0, D>(x, y, w, d, rs, a.stream, xn);
     else
-      store_row<1, D>(x, y, w, d, rs, a.stream);
+      store_row<1, D>(x, y, w, d, rs, a.stream, xn);
   };
   const c10::BFloat16* x0 = static_cast<const c10::BFloat16*>(a.x);
   int64_t i = r0;
@@ -305,6 +314,9 @@ void rms_bwd_rows(const RmsBwdArgs& a, int64_t r0, int64_t r1, float* part) {
     const T* x = static_cast<const T*>(a.x) + i * d;
     T* dx = static_cast<T*>(a.dx) + i * d;
     const float rs = a.rstd[i];
+    const bool more = a.prefetch && i + 1 < r1;  // the next row's dy and x, asked for in the last pass
+    const T* dyn = more ? dy + d : nullptr;
+    const T* xn = more ? x + d : nullptr;
     auto g = [&](auto q, int64_t j) {  // g = dy * weight_eff
       using Q = decltype(q);
       auto v = Q::load(dy + j);
@@ -320,6 +332,7 @@ void rms_bwd_rows(const RmsBwdArgs& a, int64_t r0, int64_t r1, float* part) {
     // element position exactly once (a vector or one element), so dy and x are loaded and widened once
     row_store<V>(dx, d, a.stream, [&](auto q, int64_t j) {
       using Q = decltype(q);
+      prefetch_l2(dyn, j), prefetch_l2(xn, j);
       const auto dyv = Q::load(dy + j);
       const auto xhat = Q::mul(Q::load(x + j), Q::set1(rs));
       if (part) Q::store(part + j, Q::add(Q::load(part + j), Q::mul(dyv, xhat)));

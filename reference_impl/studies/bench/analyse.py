@@ -5,10 +5,44 @@ import math
 import statistics
 
 
-from .measure import verdict
 from .cases import ALLOCATORS, BLOCK_ALLOCATOR, IMPLS, LABELS, MODES, ORT_OPS, OUT_MODE_ALLOCATOR, RMS_NORMS
 from .groups import GROUP_MODES
 from .limits import CEILING_MODES, GROUP_PAIRS, ceiling_key, machine_targets, qk_summary, short_rows_summary
+
+MIN_ROUNDS_FOR_VERDICT = 3
+
+
+def verdict(a_rounds: list[float], b_rounds: list[float]) -> str:
+    """'faster' when every round of a beat every round of b, 'slower' the other way round, else 'within
+    noise'; 'not repeated' with fewer than MIN_ROUNDS_FOR_VERDICT rounds (a smoke run)."""
+    if min(len(a_rounds), len(b_rounds)) < MIN_ROUNDS_FOR_VERDICT:
+        return "not repeated"
+    if max(a_rounds) < min(b_rounds):
+        return "faster"
+    if max(b_rounds) < min(a_rounds):
+        return "slower"
+    return "within noise"
+
+
+def block_shares(block: dict) -> dict:
+    """The decoder block's rounds (measure.block_share) with, per norm and pass, the share of the step the
+    norms take: measured only where the block without norms ran faster in every round, else its label."""
+    out = dict(block)
+    for mode in ("forward", "forward_backward"):
+        if mode not in block:
+            continue
+        per, med = block[mode]["round_s"], block[mode]["median_s"]
+        res = {"round_s": per, "median_s": med}
+        for k in ("hf_llama_rms_norm", "fused_rms_norm"):
+            label = verdict(per["identity"], per[k])  # identity faster than the block with norms?
+            sep = label == "faster"
+            share = (med[k] - med["identity"]) / med[k]
+            upper = max(0.0, (max(per[k]) - min(per["identity"])) / med[k])
+            res[k] = {"separated": sep, "share": share if sep else None, "share_upper_bound": upper,
+                      "label": "measured" if sep else label}
+        out[mode] = res
+    return out
+
 
 def _ratio_stats(a: dict, b: dict) -> dict:
     """Speed of a relative to b (t_b / t_a), with the separation verdict from the rounds' spread."""
@@ -46,7 +80,9 @@ def analyse(results: list[dict], allocators: list[str], shapes, dtypes, identity
                                ("fused_layer_norm", "F.layer_norm"), ("fused_layer_norm", "ort_layer_normalization"),
                                ("fused_rms_norm", "clone")],
              "forward_backward": [("fused_rms_norm", "compiled_rms_norm"), ("fused_rms_norm", "F.rms_norm"),
-                                  ("fused_layer_norm", "F.layer_norm"), ("fused_rms_norm", "fused_layer_norm")],
+                                  ("fused_layer_norm", "F.layer_norm"), ("fused_layer_norm", "compiled_layer_norm"),
+                                  ("fused_rms_norm", "fused_layer_norm"), ("fused_rms_norm", "traffic_twin"),
+                                  ("fused_layer_norm", "traffic_twin")],
              **GROUP_PAIRS}
     for (alloc, mode, dname, rows, d, impl), a in idx.items():
         for x, y in pairs.get(mode, ()):

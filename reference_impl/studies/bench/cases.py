@@ -51,30 +51,34 @@ IMPLS = {
     "forward_alloc": ("clone", "fused_rms_norm", "fused_layer_norm", "F.rms_norm", "F.layer_norm",
                       "compiled_rms_norm", "ort_rms_normalization", "ort_simplified_layer_norm",
                       "ort_layer_normalization"),
-    "forward_backward": ("fused_rms_norm", "fused_layer_norm", "F.rms_norm", "F.layer_norm", "compiled_rms_norm"),
+    "forward_backward": ("traffic_twin", "fused_rms_norm", "fused_layer_norm", "F.rms_norm", "F.layer_norm",
+                         "compiled_rms_norm", "compiled_layer_norm"),
 }
 LABELS = {
     "copy": "y.copy_(x), reused y (ceiling)",
     "stream_copy": "copy with streaming stores, reused y",
     "clone": "x.clone() (allocating copy)",
+    "traffic_twin": "traffic twin: copy, then dy + x",
     "fused_rms_norm": "fused_rms_norm (this op)",
     "fused_rms_norm_avx512": "fused_rms_norm, AVX-512 without BF16 instructions",
     "fused_layer_norm": "fused_layer_norm (this op)",
     "F.rms_norm": "F.rms_norm (eager)",
     "F.layer_norm": "F.layer_norm (eager)",
     "compiled_rms_norm": "torch.compile(plain RMSNorm)",
+    "compiled_layer_norm": "torch.compile(LayerNorm)",
     "ort_rms_normalization": "ONNX Runtime RMSNormalization",
     "ort_simplified_layer_norm": "ONNX Runtime SimplifiedLayerNormalization",
     "ort_layer_normalization": "ONNX Runtime LayerNormalization",
 }
-CEILINGS = ("copy", "stream_copy", "clone")
+CEILINGS = ("copy", "stream_copy", "clone", "traffic_twin")
 COLORS = {"copy": "#bbbbbb", "stream_copy": "#888888", "clone": "#dddddd", "fused_rms_norm": "tab:blue",
           "fused_rms_norm_avx512": "#9ecae1",
           "fused_layer_norm": "tab:cyan", "F.rms_norm": "tab:red", "F.layer_norm": "tab:pink",
-          "compiled_rms_norm": "tab:green", "ort_rms_normalization": "tab:orange",
+          "compiled_rms_norm": "tab:green", "compiled_layer_norm": "tab:olive", "traffic_twin": "#999999",
+          "ort_rms_normalization": "tab:orange",
           "ort_simplified_layer_norm": "tab:brown", "ort_layer_normalization": "tab:olive"}
 RMS_NORMS = ("fused_rms_norm", "F.rms_norm", "compiled_rms_norm", "ort_rms_normalization", "ort_simplified_layer_norm")
-LAYER_NORMS = ("fused_layer_norm", "F.layer_norm", "ort_layer_normalization")  # gain and bias; the rest: gain only
+LAYER_NORMS = ("fused_layer_norm", "F.layer_norm", "compiled_layer_norm", "ort_layer_normalization")  # gain and bias; the rest: gain only
 LIBDIR = Path("/usr/lib/x86_64-linux-gnu")
 # glibc: a chunk above the mmap threshold is returned to the kernel on free, so the next allocation of
 # that size faults on every page again. The threshold cannot be raised above 32 MiB on 64-bit glibc, so
@@ -113,8 +117,18 @@ def plain_rms_norm_out(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor,
 # --8<-- [end:plain_rms]
 
 
+def plain_layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """The LayerNorm a user would write out for torch.compile: statistics in float32, one cast at the end."""
+    xf = x.float()
+    mean = xf.mean(-1, keepdim=True)
+    xc = xf - mean
+    y = xc * torch.rsqrt(xc.pow(2).mean(-1, keepdim=True) + eps)
+    return (y * weight.float() + bias.float()).to(x.dtype)
+
+
 # Static shapes, one compiled kernel per (dtype, shape, mode): torch.compile at its best.
 _compiled = torch.compile(plain_rms_norm, dynamic=False)
+_compiled_ln = torch.compile(plain_layer_norm, dynamic=False)
 _compiled_out = torch.compile(plain_rms_norm_out, dynamic=False)
 
 
@@ -378,7 +392,18 @@ def make_case(impl: str, mode: str, x: torch.Tensor, w: torch.Tensor, b: torch.T
         "F.rms_norm": lambda x, w, b: F.rms_norm(x, (d,), w, EPS),
         "F.layer_norm": lambda x, w, b: F.layer_norm(x, (d,), w, b, LN_EPS),
         "compiled_rms_norm": lambda x, w, b: _compiled(x, w, EPS),
+        "compiled_layer_norm": lambda x, w, b: _compiled_ln(x, w, b, LN_EPS),
     }
+    if impl == "traffic_twin":  # forward_backward only: what moving the same bytes costs without a norm
+        if mode != "forward_backward":
+            raise ValueError("traffic_twin is a forward_backward line")
+        ty, tdx = torch.empty_like(x), torch.empty_like(x)
+        ty.zero_(), tdx.zero_()  # touched once, outside any timing, as the copy's reused buffer is
+
+        def twin():
+            ty.copy_(x)  # the forward's traffic: x in, y out
+            torch.add(dy, x, out=tdx)  # the backward's: dy and x in, dx out
+        return twin
     f = fns[impl]
     if mode == "forward_alloc":
         def run():
@@ -429,7 +454,8 @@ def validate(impl: str, mode: str, dname: str) -> None:
              "fused_layer_norm": lambda: fused.fused_layer_norm(xt, w, b, LN_EPS),
              "F.rms_norm": lambda: F.rms_norm(xt, (257,), w, EPS),
              "F.layer_norm": lambda: F.layer_norm(xt, (257,), w, b, LN_EPS),
-             "compiled_rms_norm": lambda: _compiled(xt, w, EPS)}[impl]
+             "compiled_rms_norm": lambda: _compiled(xt, w, EPS),
+             "compiled_layer_norm": lambda: _compiled_ln(xt, w, b, LN_EPS)}[impl]
         f().backward(dy)
         err = (xt.grad.double() - xg.grad).abs().max().item()
         scale = xg.grad.abs().max().item()

@@ -18,7 +18,7 @@ from .cases import (ALLOCATORS, BLOCK_ALLOCATOR, COMMAND, DEFAULT_REPEATS, DTYPE
 from .measure import allocator_available, flop_summary, run_worker, wait_for_quiet, worker
 from .groups import (GROUP_IMPLS, GROUP_LABELS, QK_ALLOCATOR, QK_SHAPES, QUICK_QK_SHAPES, QUICK_SHORT_SHAPES,
                      SHORT_SHAPES, TILE_IMPLS, default_tile_bytes)
-from .analyse import analyse, index_results, ort_support
+from .analyse import analyse, block_shares, index_results, ort_support
 from .render import first_touch_table, ort_table, plot, status_text, tables
 from . import archive
 from reference_impl.studies.machine import cpu_identity, cpu_kernel_path, machine_key
@@ -93,7 +93,7 @@ def run(args) -> dict:
         "flops": flop_summary(),
     }
     if block is not None:
-        data["block"] = block
+        data["block"] = block_shares(block)
     data.update(analyse(results, allocs, shapes, dtypes, _identity))
     data["ort_dtype_support"] = ort_support(workers)
     data["status"] = status_text(data)
@@ -116,6 +116,8 @@ def reanalyse(data: dict, plots: Path | None) -> dict:
     for r in data["results"]:
         r.pop("ratio_copy", None)
         r.pop("ratio_best_ceiling", None)
+    if "block" in data:
+        data["block"] = block_shares(data["block"])
     data.update(analyse(data["results"], allocs, shapes, data["settings"]["dtypes"],
                         data["provenance"]["machine"].get("cpu_identity")))
     data["status"] = status_text(data)

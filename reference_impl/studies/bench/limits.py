@@ -88,16 +88,22 @@ def machine_targets(idx: dict, identity: dict, allocators, dtypes) -> dict:
                 for k, r in idx.items():
                     if k[:3] != (alloc, mode, dn) or k[5] != impl or not keep(k[4]):
                         continue
+                    twin = None
                     if mode == "forward_backward":
                         c = copies.get((dn, k[3], k[4]))
                         if c is None:
                             continue
                         ratio = r["gbps"] / c["gbps"]
+                        twin = idx.get((alloc, mode, dn, k[3], k[4], "traffic_twin"))
                     elif "ratio_copy" in r:
                         ratio = r["ratio_copy"]
                     else:
                         continue
-                    shapes.append(_shape_entry(r, threshold, ratio, l3))
+                    e = _shape_entry(r, threshold, ratio, l3)
+                    if twin is not None:  # the same bytes moved by plain ops: is the shortfall the traffic's?
+                        e["twin_vs_copy"] = twin["gbps"] / c["gbps"]
+                        e["vs_twin"] = r["gbps"] / twin["gbps"]
+                    shapes.append(e)
                 if not shapes and impl == "fused_rms_norm_avx512":
                     continue  # measured only in bfloat16 on a CPU with AVX512-BF16
                 worst = min(shapes, key=lambda e: e["ratio"]) if shapes else None

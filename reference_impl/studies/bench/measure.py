@@ -19,21 +19,6 @@ from .cases import (ALLOCATORS, DTYPES, EPS, IMPLS, MAX_CALLS, REPO, ROUND_BUDGE
                     min_bytes, validate)
 from .groups import GROUP_IMPLS, TILE_IMPLS, case_env, group_inputs, make_group_case, validate_group
 
-MIN_ROUNDS_FOR_VERDICT = 3
-
-
-def verdict(a_rounds: list[float], b_rounds: list[float]) -> str:
-    """'faster' when every round of a beat every round of b, 'slower' the other way round, else 'within
-    noise'; 'not repeated' with fewer than MIN_ROUNDS_FOR_VERDICT rounds (a smoke run)."""
-    if min(len(a_rounds), len(b_rounds)) < MIN_ROUNDS_FOR_VERDICT:
-        return "not repeated"
-    if max(a_rounds) < min(b_rounds):
-        return "faster"
-    if max(b_rounds) < min(a_rounds):
-        return "slower"
-    return "within noise"
-
-
 # ------------------------------------------------------------------------------------------ timing
 
 def _minflt() -> int:
@@ -249,17 +234,9 @@ def block_share(steps: int, quick: bool) -> dict:
                 for _ in range(out["steps_per_round"]):
                     cases[k]()
                 per[k].append((time.perf_counter() - t0) / out["steps_per_round"])
-        med = {k: statistics.median(v) for k, v in per.items()}
-        res = {"round_s": per, "median_s": med}
-        for k in ("hf_llama_rms_norm", "fused_rms_norm"):
-            label = verdict(per["identity"], per[k])  # identity faster than the block with norms?
-            sep = label == "faster"
-            share = (med[k] - med["identity"]) / med[k]
-            upper = max(0.0, (max(per[k]) - min(per["identity"])) / med[k])
-            res[k] = {"separated": sep, "share": share if sep else None, "share_upper_bound": upper,
-                      "label": "measured" if sep else label}
+        # the rounds only: the shares and their labels are the analysis's (analyse.block_shares)
+        out[mode] = {"round_s": per, "median_s": {k: statistics.median(v) for k, v in per.items()}}
         layer.input_layernorm, layer.post_attention_layernorm = hf
-        out[mode] = res
     out["rounds"] = 1 if quick else 5
     return out
 

@@ -86,7 +86,31 @@ def tables(idx, comparisons, tg, allocators, shapes, dtypes) -> dict:
                 rows.append([f"{label} ({a})", dn, *_target_cells(t[f"{mode}_vs_compile"][a])])
     out["targets"] = _md(["target", "dtype", "shapes meeting it", "worst ratio (shape)", "short by",
                           "separated from noise"], rows)
+    out["forward_backward_traffic"] = _traffic_table(idx, comparisons, allocators, shapes, dtypes)
     return out
+
+
+def _traffic_table(idx, comparisons, allocators, shapes, dtypes) -> str:
+    """Forward+backward per shape against the copy ceiling and against the traffic twin (the same 5 N b moved
+    by a copy and an add into reused buffers): where the twin itself falls short of the copy, the shortfall
+    belongs to the traffic (three streams at once, a cache-resident shape), not to the norm's arithmetic."""
+    a = "glibc_tunables" if "glibc_tunables" in allocators else "glibc"
+    rows = []
+    for dn in dtypes:
+        for r, d in shapes:
+            copy = idx.get((OUT_MODE_ALLOCATOR, "forward_out", dn, r, d, "copy"))
+            g = lambda impl: idx.get((a, "forward_backward", dn, r, d, impl))  # noqa: E731
+            twin = g("traffic_twin")
+
+            def ratio(rec, base):
+                return f"{rec['gbps'] / base['gbps']:.2f}" if rec and base else "n/a"
+            rows.append([dn, f"{r}x{d}", ratio(twin, copy), ratio(g("fused_rms_norm"), copy),
+                         ratio(g("fused_rms_norm"), twin), ratio(g("fused_layer_norm"), copy),
+                         ratio(g("fused_layer_norm"), twin),
+                         _cmp(comparisons, allocator=a, mode="forward_backward", dtype=dn, rows=r, hidden=d,
+                              a="fused_layer_norm", b="compiled_layer_norm")])
+    return _md(["dtype", "rows x d", "traffic twin / copy", "fused RMSNorm / copy", "fused RMSNorm / twin",
+                "fused LayerNorm / copy", "fused LayerNorm / twin", "fused LayerNorm vs torch.compile"], rows)
 
 
 def _target_cells(t: dict) -> list[str]:
