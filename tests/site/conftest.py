@@ -92,3 +92,15 @@ def browser():
     yield b
     b.close()
     pw.stop()
+
+
+def private_or_built_site(request) -> Path:
+    """The site a reading test measures: ``NORMLAB_READING_SITE`` (a site built elsewhere, for measuring a
+    change without the shared build) when set, else the session's built site."""
+    private = os.environ.get("NORMLAB_READING_SITE")
+    if private:
+        site = Path(private)
+        if not (site / "index.html").is_file():
+            pytest.fail(f"NORMLAB_READING_SITE={private} holds no built site (no index.html)")
+        return site
+    return request.getfixturevalue("site_dir")

@@ -20,12 +20,12 @@ pages, ``NORMLAB_READING_SITE=/tmp/some_site`` points these tests at a private b
 """
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import pytest
 
+from tests.site.conftest import private_or_built_site
 from tests.site.test_browser import PAGES, Watcher, set_dark
 
 pytestmark = [pytest.mark.site]
@@ -52,13 +52,7 @@ NO_PICTURE_YET: set[str] = set()
 
 @pytest.fixture(scope="module")
 def reading_site(request) -> Path:
-    private = os.environ.get("NORMLAB_READING_SITE")
-    if private:
-        site = Path(private)
-        if not (site / "index.html").is_file():
-            pytest.fail(f"NORMLAB_READING_SITE={private} holds no built site (no index.html)")
-        return site
-    return request.getfixturevalue("site_dir")
+    return private_or_built_site(request)
 
 
 @pytest.fixture(scope="module")
@@ -207,16 +201,7 @@ def test_first_phone_screen_shows_a_picture_or_an_answer(view, reading_url, path
 
 @pytest.mark.parametrize("path", PAGES, ids=_label)
 def test_first_screen_shows_a_picture_or_an_answer(view, reading_url, path):
-    context = view("laptop")
-    page, watch = _open(context, reading_url + path)
-    try:
-        found = page.evaluate(FIRST_SCREEN_JS)
-    finally:
-        _close(context, page)
-    screen = found["screen"]
-    first = [i for i in found["items"] if i["top"] <= screen - min(MIN_VISIBLE_PX, i["height"])
-             and (i["kind"] != "answer" or i["height"] <= screen)]
-    later = sorted(found["items"], key=lambda i: i["top"])[:1]
+    first, later, screen = first_screen_items(view("laptop"), reading_url + path)
     if path in NO_PICTURE_YET:
         assert not first, f"{_label(path)} now shows {first[0]['what']!r} on its first screen: take it off NO_PICTURE_YET"
         return

@@ -12,12 +12,12 @@ The site is the one ``site_dir`` gives; ``NORMLAB_READING_SITE=/tmp/some_site`` 
 from __future__ import annotations
 
 import html
-import os
 import re
 from pathlib import Path
 
 import pytest
 
+from tests.site.conftest import private_or_built_site
 from tests.site.test_browser import PAGES
 
 pytestmark = [pytest.mark.site]
@@ -62,13 +62,7 @@ def status_notes(text: str) -> list[str]:
 
 @pytest.fixture(scope="module")
 def built_site(request) -> Path:
-    private = os.environ.get("NORMLAB_READING_SITE")
-    if private:
-        site = Path(private)
-        if not (site / "index.html").is_file():
-            pytest.fail(f"NORMLAB_READING_SITE={private} holds no built site (no index.html)")
-        return site
-    return request.getfixturevalue("site_dir")
+    return private_or_built_site(request)
 
 
 def test_no_page_has_status_notes_or_bad_plurals(built_site):
