@@ -4,7 +4,7 @@
 the same 8M elements laid out as rows of d = 64, 128 and 256 (``SHORT_SHAPES``: 33.5 MB of input in
 float32, 16.8 MB in bfloat16, both dtypes the same shapes). Timed: ``y.copy_(x)`` into a reused ``y`` (the
 ceiling), ``fused_rms_norm(x, w, eps, out=y)`` with the tile limit as built (``NORMLAB_CPU_TILE`` unset,
-the default of ``cuda/cpu/cpu_common.h``) and with ``NORMLAB_CPU_TILE`` = 0 (row at a time), 512 and 4096
+the default of ``cuda/cpu/cpu_common.h``) and with ``NORMLAB_CPU_TILE`` = 0 (row at a time), 256 and 4096
 bytes, ``torch.compile`` of the plain RMSNorm writing into ``out``, and ``F.rms_norm`` (which allocates its
 output: glibc as it comes). The kernels read ``NORMLAB_CPU_TILE`` on every call, so one process sweeps the
 settings: the timed loop sets the variable before an implementation's calls and restores it after
@@ -38,7 +38,7 @@ SHORT_SHAPES = [(131072, 64), (65536, 128), (32768, 256)]
 QUICK_SHORT_SHAPES = [(1024, 64)]
 QK_SHAPES = [(1, 2048, 32, 128), (1, 2048, 16, 256)]
 QUICK_QK_SHAPES = [(1, 16, 4, 64)]
-TILE_SETTINGS = (0, 512, 4096)  # NORMLAB_CPU_TILE values swept besides the built-in default
+TILE_SETTINGS = (0, 256, 4096)  # NORMLAB_CPU_TILE values swept besides the built-in default
 QK_ALLOCATOR = "glibc_tunables"
 GROUP_MODES = ("short_rows", "qk_forward", "qk_forward_backward")
 
@@ -61,13 +61,13 @@ def default_tile_bytes() -> int:
 
 GROUP_LABELS = {
     "fused_rms_norm_tile0": "this op, tile 0 (row at a time)",
-    "fused_rms_norm_tile512": "this op, tile 512 B",
+    "fused_rms_norm_tile256": "this op, tile 256 B",
     "fused_rms_norm_tile4096": "this op, tile 4096 B",
     "fused_qk_norm": "fused_qk_norm (this op)",
     "hf_qwen3_rms_norm": "Qwen3RMSNorm per head (eager)",
     "compiled_qwen3_rms_norm": "torch.compile(Qwen3RMSNorm)",
 }
-GROUP_COLORS = {"fused_rms_norm_tile0": "#c5b0d5", "fused_rms_norm_tile512": "tab:purple",
+GROUP_COLORS = {"fused_rms_norm_tile0": "#c5b0d5", "fused_rms_norm_tile256": "tab:purple",
                 "fused_rms_norm_tile4096": "#54278f", "fused_qk_norm": "tab:blue",
                 "hf_qwen3_rms_norm": "tab:red", "compiled_qwen3_rms_norm": "tab:green"}
 
