@@ -19,7 +19,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from reference_impl.studies.census import probe  # noqa: E402
+from reference_impl.studies.census import builds as census_builds, probe  # noqa: E402
 from reference_impl.studies.census.discover import found_from  # noqa: E402
 from reference_impl.studies.census.exceptions import EXCEPTIONS  # noqa: E402
 
@@ -108,14 +108,14 @@ def test_per_head_classes_are_no_longer_exceptions_and_the_file_matches_them(cen
 
 def test_falcon_h1_config_arguments_are_read_from_the_model_source():
     found = found_from(*FALCON)
-    given = probe.config_arguments(found)
+    given = census_builds.config_arguments(found)
     assert given["norm_before_gate"] == "mamba_norm_before_gate"
     assert given["n_groups"] == "mamba_n_groups"   # through self.n_groups = config.mamba_n_groups
 
 
 def test_falcon_h1_gated_norm_built_as_the_model_builds_it_matches_its_entry(census):
     found = found_from(*FALCON)
-    builds = probe.config_builds(found)
+    builds = census_builds.config_builds(found)
     by_value = {b["config"]["mamba_norm_before_gate"]: b for b in builds}
     assert set(by_value) == {True, False}
     assert by_value[False]["catalog"] == "gated_rms_norm.falcon_h1", by_value[False]["note"]
@@ -128,5 +128,5 @@ def test_falcon_h1_gated_norm_built_as_the_model_builds_it_matches_its_entry(cen
 
 def test_a_class_whose_model_passes_no_config_flag_has_no_config_builds(census):
     found = found_from("transformers.models.qwen3_next.modeling_qwen3_next", "Qwen3NextRMSNormGated")
-    assert probe.config_builds(found) == []
+    assert census_builds.config_builds(found) == []
     assert "config_builds" not in _classes(census)["Qwen3NextRMSNormGated"]

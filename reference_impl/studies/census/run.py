@@ -18,7 +18,8 @@ from ... import provenance as pv
 from .discover import Found, discover
 from .exceptions import EXCEPTIONS
 from .placement import model_types, place
-from .probe import config_builds, probe_class
+from .builds import config_builds
+from .probe import probe_class
 from .variants import structure, variants
 
 REPO = Path(__file__).resolve().parents[3]
