@@ -180,7 +180,7 @@ FINDER_PAGE = "models/"
 # title is that name ("Gemma 4", "Qwen3-Next"), made of words readers type; a title made of the model type
 # itself ("gemma4_unified_text") is a word so rare that the search ranked it above the page that answers
 # "gemma eps". The model type stays in the text.
-FINDER_BOOST = 1.0
+FINDER_BOOST = 1.5
 # Tags weigh a million times the text in Material's search (its default field boosts): a tag that is one of
 # a newcomer's words sends each query holding it to that section. Keep them few and specific. "check" sends
 # "check my kernel" (and "check") to the kit's page, which the kernels pages outranked by the word "kernel";
