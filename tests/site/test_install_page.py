@@ -35,6 +35,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from tests.package.test_wheel import _run  # a command run for its output; its failure shows both streams
 from tests.site.test_reading import reading_site  # noqa: F401  (fixture: the built site)
 
 pytestmark = [pytest.mark.site, pytest.mark.guards("check.kit")]
@@ -106,14 +107,6 @@ def _view(target: Path) -> Path:
                 link.symlink_to(src)
     assert not any(p.name.startswith(("reference_impl", "__editable__")) for p in target.iterdir())
     return target
-
-
-def _run(cmd, **kw) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    if proc.returncode != 0:
-        pytest.fail(f"{cmd if isinstance(cmd, str) else ' '.join(map(str, cmd))} exited {proc.returncode}\n"
-                    f"--- stdout\n{proc.stdout[-5000:]}\n--- stderr\n{proc.stderr[-5000:]}")
-    return proc
 
 
 @pytest.fixture(scope="module")

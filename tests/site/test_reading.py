@@ -237,7 +237,7 @@ def decorative_reuse(site: Path, pages: list[str]) -> dict[str, list[str]]:
     Invariances and the Playground), not a third use of it."""
     seen: dict[str, set[str]] = {}
     for path in pages:
-        if path in ("", "index.html"):
+        if not path:  # the home page
             continue
         html_text = (site / path / "index.html").read_text(encoding="utf-8")
         article = html_text.split("<article", 1)[-1].split("</article>", 1)[0]
