@@ -16,6 +16,7 @@ from site_hooks import bench, catalog, formulas, tables  # noqa: E402,F401  (ben
 from site_hooks import census  # noqa: E402,F401  (the "Find your model" page's macros)
 from site_hooks import training  # noqa: E402,F401  (the Training page's table of machines)
 from site_hooks import distributed  # noqa: E402,F401  (the distributed page's table of machines)
+from site_hooks import rsqrt  # noqa: E402,F401  (the rsqrt page's table of machines)
 from site_hooks import float_edges  # noqa: E402,F401  (float32 range edges on the numerics page)
 from site_hooks import engines  # noqa: E402,F401  (the Engines page's tables)
 

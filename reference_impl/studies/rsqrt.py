@@ -26,9 +26,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .. import provenance as pv
 from ..ops import rsqrt as R
 from ..provenance import finish, record
 from ..provenance import source_hash as _hash
+from . import rsqrt_machines
+from .machine import cpu_identity, machine_key
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "docs" / "data"
@@ -80,9 +83,12 @@ def source_hash() -> str:
 
 
 def provenance(quick: bool = False) -> dict:
-    """The data file's start: the ``provenance`` block of :mod:`reference_impl.provenance`."""
+    """The data file's start: the ``provenance`` block of :mod:`reference_impl.provenance`, with the CPU's
+    identity and machine key (:mod:`reference_impl.studies.machine`), under which the run is filed."""
+    ident = cpu_identity()
     return {"provenance": record(COMMAND, SOURCES, quick=quick, packages=("torch", "numpy"),
-                                 machine_extra={"simd_flags": simd_flags()})}
+                                 machine_extra={"simd_flags": simd_flags(), "cpu_identity": ident,
+                                                "machine_key": machine_key(ident)})}
 
 
 def _fx(bits: int) -> dict:
@@ -457,7 +463,7 @@ def run_cpu(stride: int = 1, threads: int = 0, quick: bool = False, quiet: bool 
     data["elapsed_s"] = round(time.time() - t0, 1)
     finish(data["provenance"])
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1) + "\n")
+    pv.write_json(out, data)
     render_plots(data, plots)
     return data
 
@@ -512,7 +518,7 @@ def run_gpu(stride: int = 1, quiet: bool = False, out: Path = GPU_JSON, cpu_json
                                      for k in ("count", "exact", "nonfinite", "max_ulp_int", "ulp_hist"))
         data["bit_trick_matches_cpu"] = same
     finish(data["provenance"])
-    out.write_text(json.dumps(data, indent=1) + "\n")
+    pv.write_json(out, data)
     return data
 
 
@@ -559,11 +565,16 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="short timing runs and a small RMSNorm error study")
     ap.add_argument("--quiet", action="store_true", help="no progress bars")
     ap.add_argument("--out", type=Path, default=None, help="data file (default docs/data/rsqrt_cpu.json or rsqrt_gpu.json)")
-    ap.add_argument("--plots", type=Path, default=PLOTS, help="folder for the SVG plots")
+    ap.add_argument("--plots", type=Path, default=None,
+                    help="folder for the SVG plots (default docs/data/plots, or a folder 'plots' beside --out)")
     ap.add_argument("--plots-only", action="store_true", help="re-render the plots from the existing data file")
     a = ap.parse_args(argv)
     if a.stride < 1:
         ap.error("--stride must be >= 1")
+    if a.out is not None:
+        pv.check_out(ap, a.out)  # before any work: a missing directory is an argument error
+    # a run with --out elsewhere draws its plots beside that file, leaving the committed ones alone
+    plots = a.plots or (PLOTS if a.out is None else a.out.parent / "plots")
     if a.gpu:
         if not torch.cuda.is_available():
             print("rsqrt_study --gpu: no CUDA device here (torch.cuda.is_available() is False); nothing written",
@@ -574,11 +585,14 @@ def main(argv=None) -> int:
         return 0
     out = a.out or CPU_JSON
     if a.plots_only:
-        for p in render_plots(json.loads(out.read_text()), a.plots):
+        for p in render_plots(json.loads(out.read_text()), plots):
             print(f"wrote {p}")
         return 0
-    d = run_cpu(a.stride, a.threads, a.quick, a.quiet, out, a.plots)
-    print(f"wrote {out} and plots in {a.plots} ({d['provenance']['machine']['cpu']}, {d['elapsed_s']} s)")
+    d = run_cpu(a.stride, a.threads, a.quick, a.quiet, out, plots)
+    print(f"wrote {out} and plots in {plots} ({d['provenance']['machine']['cpu']}, {d['elapsed_s']} s)")
+    if not a.quick and out.resolve() == CPU_JSON.resolve():
+        # the timings are this machine's: file the run beside the other machines' (replacing only its own)
+        print(f"filed this machine's run as {rsqrt_machines.write(d)}")
     return 0
 
 

@@ -80,6 +80,7 @@ def _forbid(monkeypatch, module, *names):
 
 
 def _commands(monkeypatch):
+    from reference_impl.studies import rsqrt
     from reference_impl.studies import conformance, cuda_resources, distributed_bench, numerics
     from reference_impl.studies.bench import cli as bench_cli
     from reference_impl.studies.census import __main__ as census_main
@@ -90,11 +91,13 @@ def _commands(monkeypatch):
     _forbid(monkeypatch, census_main, "run_census")
     _forbid(monkeypatch, bench_cli, "run", "reanalyse")
     _forbid(monkeypatch, distributed_bench, "measure", "write_diagrams")
-    return {"distributed_bench": distributed_bench.main, "numerics": numerics.main, "conformance": conformance.main, "cuda_resources": cuda_resources.main,
+    _forbid(monkeypatch, rsqrt, "run_cpu", "run_gpu", "render_plots")
+    return {"distributed_bench": distributed_bench.main, "rsqrt": rsqrt.main, "numerics": numerics.main, "conformance": conformance.main, "cuda_resources": cuda_resources.main,
             "census": census_main.main, "bench": bench_cli.main}
 
 
-@pytest.mark.parametrize("name", ["numerics", "conformance", "cuda_resources", "census", "bench", "distributed_bench"])
+@pytest.mark.parametrize("name", ["numerics", "conformance", "cuda_resources", "census", "bench", "distributed_bench",
+                                  "rsqrt"])
 def test_an_out_in_a_missing_directory_fails_before_the_work(name, tmp_path, monkeypatch, capsys):
     main = _commands(monkeypatch)[name]
     with pytest.raises(SystemExit) as exc:
@@ -159,7 +162,7 @@ def test_plots_follow_an_out_elsewhere(name, tmp_path, monkeypatch):
 
 # timing studies: their modules are hashed into measurements that take minutes on a quiet machine, so their
 # own write calls move to the helper with their next re-run
-DIRECT_WRITERS = {"training.py", "placements.py", "rsqrt.py", "machine_archive.py"}
+DIRECT_WRITERS = {"training.py", "placements.py", "machine_archive.py"}
 
 
 def _direct_json_writes(path: Path) -> int:
