@@ -4,7 +4,9 @@ CPU (default): sweeps every positive finite float32 (bit patterns 0x00000001..0x
 subnormals) through every CPU method in ``reference_impl.ops.rsqrt`` and compares each result with the
 correctly rounded 1/sqrt(x); times the methods (cache-resident and streaming); times an RMSNorm row loop
 with exact and approximate rsqrt; measures the error an approximate rsqrt leaves in RMSNorm's output per
-output dtype. Writes ``docs/data/rsqrt_cpu.json`` and the plots ``docs/data/plots/rsqrt_*.svg``.
+output dtype. Writes ``docs/data/rsqrt_cpu.json`` and the plots ``docs/data/plots/rsqrt_*.svg``; a full
+(not ``--quick``) run written there is also filed under its machine's key in ``docs/data/rsqrt_machines/``
+(:mod:`reference_impl.studies.rsqrt_machines`), since its timings belong to that machine.
 
 GPU (``--gpu``, on a machine with a CUDA device): sweeps the same inputs through the device methods of
 ``cuda/rsqrt/rsqrt_gpu.cu``, built without and with ``-use_fast_math``, and writes
@@ -12,7 +14,8 @@ GPU (``--gpu``, on a machine with a CUDA device): sweeps the same inputs through
 and writes nothing.
 
 Options: ``--stride N`` sweeps every N-th pattern only (the data file then says it is not exhaustive);
-``--plots-only`` re-renders the plots from an existing data file.
+``--plots-only`` re-renders the plots from an existing data file; ``--out FILE`` writes the data file there
+(its folder must exist) and the plots into a folder ``plots`` beside it, leaving every committed file alone.
 """
 from __future__ import annotations
 
