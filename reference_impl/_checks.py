@@ -28,7 +28,11 @@ def check_input(x, name: str = "x") -> None:
 
 
 def check_dense(t: torch.Tensor, name: str) -> None:
-    """Sparse, nested and other non-strided tensors have no rows to normalize in place: ValueError."""
+    """Sparse, nested and other non-strided tensors have no rows to normalize in place: ValueError.
+    Skipped while ``torch.compile`` traces (the tensors it traces are its own strided fakes, and an
+    autograd.Function's backward in strict mode may not read ``layout``); the eager call checks."""
+    if torch.compiler.is_compiling():
+        return
     if t.layout != torch.strided or t.is_nested:
         kind = "nested" if t.is_nested else f"layout {t.layout}"
         raise ValueError(f"{name} must be a dense, strided tensor, got a {kind} tensor; convert it first "
@@ -116,6 +120,7 @@ def check_grad(dy, x: torch.Tensor, name: str = "dy") -> None:
 
 def compute_dtype(x: torch.Tensor) -> torch.dtype:
     """Statistics run in float32, or float64 for float64 input."""
+    check_input(x)
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 

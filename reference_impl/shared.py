@@ -74,7 +74,7 @@ import math
 
 import torch
 
-from ._checks import check_eps, compute_dtype, eps_limit
+from ._checks import check_eps, check_input, check_norm_args, check_param, compute_dtype, eps_limit
 
 RMS_CONVENTIONS = ("reference", "llama", "gemma", "t5", "olmo2", "torch")
 LN_CONVENTIONS = ("neox", "cohere")
@@ -82,9 +82,14 @@ EPS_PLACEMENTS = ("inside", "outside")
 HALF = (torch.float16, torch.bfloat16)
 
 
-def rows(x):
-    """Number of rows (product of the leading dimensions); well defined when the last one is empty."""
-    return math.prod(x.shape[:-1])
+def rows(t):
+    """Number of rows of any tensor (product of the leading dimensions); well defined when the last one is
+    empty. A 0-d tensor has no row dimension: ValueError, not a count of 1."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"rows takes a torch.Tensor, got {type(t).__name__}")
+    if t.dim() == 0:
+        raise ValueError("a 0-d tensor has no rows: it needs at least one dimension (the last one is the row)")
+    return math.prod(t.shape[:-1])
 
 
 def rows2d(t):
@@ -122,6 +127,8 @@ def check_placement(eps_placement) -> str:
 
 def stat_dtype(x: torch.Tensor, convention: str) -> torch.dtype:
     """The dtype the convention computes its statistics in: float32, except float64 for reference/torch."""
+    check_input(x)
+    check_convention(convention, RMS_CONVENTIONS + LN_CONVENTIONS, "normalization")
     if convention in ("reference", "torch"):
         return compute_dtype(x)
     return torch.float32
@@ -153,10 +160,28 @@ def mean_square(xf, convention):
     return family_row_mean(xf.pow(2), convention)
 
 
+def _check_gain_args(x, rstd, w, convention) -> None:
+    """apply_gain's checks: x and the gain as every entry point checks them, a known RMSNorm convention,
+    and an rstd of float32 or float64 with one value per row of x."""
+    check_input(x)
+    check_param(w, x, "w")
+    check_convention(convention)
+    if not isinstance(rstd, torch.Tensor):
+        raise TypeError(f"rstd must be a torch.Tensor, got {type(rstd).__name__}")
+    if rstd.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"rstd has dtype {rstd.dtype}; the statistic is float32 or float64")
+    if tuple(rstd.shape) != (*x.shape[:-1], 1):
+        raise ValueError(f"rstd has shape {tuple(rstd.shape)}; x of shape {tuple(x.shape)} needs one value per "
+                         f"row, shape {(*x.shape[:-1], 1)}")
+    if rstd.device != x.device:
+        raise ValueError(f"rstd is on {rstd.device} but x is on {x.device}")
+
+
 # --8<-- [start:conventions_forward]
 def apply_gain(x, rstd, w, convention):
     """The family's casting order after the statistic: ``x`` the input, ``rstd`` its float32 (float64)
     reciprocal RMS of shape ``(..., 1)``, ``w`` the gain or ``None``. Returns y in the family's dtype."""
+    _check_gain_args(x, rstd, w, convention)
     xf = x.to(rstd.dtype)
     if convention == "llama":  # normalize in fp32, cast to the input dtype, then the gain
         h = (xf * rstd).to(x.dtype)
@@ -183,6 +208,8 @@ def apply_gain(x, rstd, w, convention):
 
 def rms_forward(x, w, eps, convention, placement):
     """Returns (y, rstd); rstd is the float32/float64 statistic the backward needs."""
+    eps = check_norm_args(x, w, eps, extra=lambda: (check_convention(convention), check_placement(placement)),
+                          resolve_eps=lambda e: resolve_eps(e, x, convention))
     xf = x.to(stat_dtype(x, convention))
     rstd = inv_rms(mean_square(xf, convention), eps, placement)
     return apply_gain(x, rstd, w, convention), rstd

@@ -25,6 +25,7 @@ from .spec import Impl, Layer, NormSpec, common_bad, randn
 
 # --8<-- [start:ln_forward]
 def ln_forward(x, weight, bias, eps):
+    eps = check_norm_args(x, weight, eps, bias=bias)  # a clear error for a bad input, never a number
     cd = compute_dtype(x)
     xf = x.to(cd)
     xc = xf - row_mean(xf)
@@ -54,7 +55,9 @@ def ln_backward(dy, x, weight, bias, rstd):
 
 
 def ln_rstd(x, eps):
-    """The reciprocal standard deviation per row (two-pass), as :func:`ln_forward` computes it."""
+    """The reciprocal standard deviation per row (two-pass), as :func:`ln_forward` computes it (with its
+    checks of x and eps)."""
+    eps = check_norm_args(x, None, eps)
     xf = x.to(compute_dtype(x))
     return torch.rsqrt(row_mean((xf - row_mean(xf)).pow(2)) + eps)
 

@@ -27,6 +27,7 @@ from .spec import Impl, Layer, NormSpec, NotApplicable, common_bad, gain, randn
 
 # --8<-- [start:rms_forward]
 def rms_forward(x, weight, eps):
+    eps = check_norm_args(x, weight, eps)  # shapes, dtypes, devices, eps: a clear error, never a number
     cd = compute_dtype(x)
     xf = x.to(cd)
     rstd = torch.rsqrt(row_mean(xf.pow(2)) + eps)  # one statistic per row
@@ -52,7 +53,9 @@ def rms_backward(dy, x, weight, rstd):
 
 
 def rms_rstd(x, eps):
-    """The reciprocal RMS per row, ``(..., 1)``, in the compute dtype, as :func:`rms_forward` computes it."""
+    """The reciprocal RMS per row, ``(..., 1)``, in the compute dtype, as :func:`rms_forward` computes it
+    (with its checks of x and eps)."""
+    eps = check_norm_args(x, None, eps)
     return torch.rsqrt(row_mean(x.to(compute_dtype(x)).pow(2)) + eps)
 
 

@@ -78,8 +78,11 @@ def rms_forward_bound(x: torch.Tensor, weight, eps: float, convention: str):
     products. ``gemma`` and no weight round once. The oracle is RMSNorm of x with the effective gain
     (``1 + w`` in float32 for gemma).
     """
+    from .. import shared
     from ..tolerances import convention_forward_bound
 
+    eps = shared.check_norm_args(x, weight, eps, extra=lambda: shared.check_convention(convention),
+                                 resolve_eps=lambda e: shared.resolve_eps(e, x, convention))
     wd = None if weight is None else x.dtype
     return convention_forward_bound(x.cpu(), None if weight is None else weight.cpu(), eps, convention, x_dtype=x.dtype,
                          w_dtype=wd)

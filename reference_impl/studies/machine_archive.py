@@ -8,10 +8,10 @@ its schema and of its consistency checks applies, and its name must be its machi
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable
 
+from ..provenance import write_json
 from .machine import key_of
 from .schemas import DataFileError, _read_text, _rel, check_data, check_invariants, parse_json
 
@@ -22,8 +22,7 @@ def write(data: dict, archive_dir: Path) -> Path:
         raise ValueError("a --quick smoke run is not archived: it measures nothing")
     archive_dir.mkdir(parents=True, exist_ok=True)
     path = archive_dir / f"{key_of(data)}.json"
-    path.write_text(json.dumps(data, indent=1) + "\n")
-    return path
+    return write_json(path, data)  # atomic: an interrupted write leaves the machine's earlier file whole
 
 
 def check(path: Path, schema: str, exclude: tuple = ("provenance_sources",)) -> dict:

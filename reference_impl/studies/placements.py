@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import math
 import os
 import sys
@@ -32,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..provenance import finish, record
+from ..provenance import check_out, finish, record, write_json
 from ..tiny_lm import TinyLM, TinyLMConfig, parameter_count
 from ..tiny_lm import sources as tiny_lm_sources
 
@@ -504,7 +503,7 @@ def run(st: Settings, out_dir: Path, plot_dir: Path) -> dict:
 
     res["plots"] = plots(res, plot_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "placements.json").write_text(json.dumps(res, indent=1, allow_nan=False) + "\n")
+    write_json(out_dir / "placements.json", res, allow_nan=False)
     return res
 
 
@@ -514,6 +513,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=DATA, help="folder for placements.json (default docs/data)")
     ap.add_argument("--plots", type=Path, default=None, help="folder for the SVG plots (default OUT/plots)")
     args = ap.parse_args(argv)
+    check_out(ap, args.out / "placements.json", "--out")  # before the run: a missing folder is an argument error
     res = run(QUICK if args.quick else FULL, args.out, args.plots or args.out / "plots")
     for row in res["reproductions"]:
         print(f"{row['paper']}: {row['verdict_text']}")

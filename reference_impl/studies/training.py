@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import math
 import os
 import sys
@@ -36,7 +35,7 @@ import torch
 from .. import equivalence
 from . import training_machines
 from .machine import cpu_identity, machine_key
-from ..provenance import finish, python_closure, record
+from ..provenance import check_out, finish, python_closure, record, write_json
 from ..norms import model_layers
 from ..tiny_lm import TinyLM, TinyLMConfig, parameter_count, without_norms
 from ..tiny_lm import sources as tiny_lm_sources
@@ -552,15 +551,14 @@ def run(st: Settings, out_dir: Path, plot_dir: Path, equivalence_report: bool = 
                                f"{len(st.seeds)} seeds per configuration, {st.steps} steps"), **result}
     result["plots"] = plots(result, plot_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "training.json").write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
+    write_json(out_dir / "training.json", result, allow_nan=False)
     if not equivalence_report:
         return result
     eq_prov = record(COMMAND, python_closure("reference_impl/equivalence.py"), quick=False,
                      packages=("torch", "transformers"))
     eq = equivalence.report()
     finish(eq_prov)
-    (out_dir / "training_equivalence.json").write_text(json.dumps({"provenance": eq_prov, **eq}, indent=1,
-                                                                  allow_nan=False) + "\n")
+    write_json(out_dir / "training_equivalence.json", {"provenance": eq_prov, **eq}, allow_nan=False)
     return result
 
 
@@ -570,6 +568,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=DATA, help="folder for training.json (default docs/data)")
     ap.add_argument("--plots", type=Path, default=None, help="folder for the SVG plots (default OUT/plots)")
     args = ap.parse_args(argv)
+    check_out(ap, args.out / "training.json", "--out")  # before the run: a missing folder is an argument error
     st = QUICK if args.quick else FULL
     res = run(st, args.out, args.plots or args.out / "plots")
     for key, cmp in res["comparisons"]["equal_steps"].items():

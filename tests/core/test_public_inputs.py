@@ -13,8 +13,8 @@ Left out, by package: ``studies`` and ``check`` (commands with their own argumen
 exactly as the model's modeling file does and import nothing of the package), ``oracle`` (NumPy float64
 arrays) and ``tolerances`` (bounds computed from inputs the callers have checked). A callable that cannot
 run here (a CUDA or Triton kernel on a machine without them) is skipped, and says why.
-A known gap is an expected failure that must keep failing (``strict``): fixing it means taking it off
-:data:`KNOWN_GAPS`.
+ No callable is exempt: the row kernels and convention steps the checked entry points call check
+their inputs too.
 """
 from __future__ import annotations
 
@@ -35,22 +35,6 @@ LEFT_OUT = {"studies", "check", "symbolic", "standalone", "oracle", "tolerances"
 FIRST = ("x", "q", "x_local")
 VECTORS = {"weight", "w", "q_weight", "k_weight", "bias", "q_bias", "k_bias", "weight_local", "bias_local"}
 MISSING = inspect.Parameter.empty
-
-# Gaps the walk finds that this module cannot close: the row kernels (``rms_forward``, ``ln_forward`` and
-# their ``*_rstd``) are what the checked entry points call after checking, and live in modules whose source
-# is hashed into long timing studies; ``compute_dtype`` and ``rows`` are helpers of the checks themselves.
-KNOWN_GAPS = {
-    "reference_impl.norms.rms_norm.rms_forward": "the unchecked row kernel behind rms_norm",
-    "reference_impl.norms.rms_norm.rms_rstd": "the unchecked row statistic behind rms_norm",
-    "reference_impl.norms.layer_norm.ln_forward": "the unchecked row kernel behind layer_norm",
-    "reference_impl.norms.layer_norm.ln_rstd": "the unchecked row statistic behind layer_norm",
-    "reference_impl._checks.compute_dtype": "a helper of the checks, called after check_input",
-    "reference_impl.shared.rows": "a helper of the checks, called after check_input",
-    "reference_impl.shared.rms_forward": "the unchecked forward the checked convention entry points share",
-    "reference_impl.shared.apply_gain": "a step of the checked convention entry points",
-    "reference_impl.shared.stat_dtype": "a step of the checked convention entry points",
-    "reference_impl.ops.cuda.rms_forward_bound": "a test bound for the CUDA kernels, given checked inputs",
-}
 
 # arguments whose good value the parameter's name does not tell
 OVERRIDES = {"reference_impl.norms.head_norms.per_head_gain_layer_norm": {"weight": torch.rand(2, D) + 0.5,
@@ -101,6 +85,8 @@ def good(name: str):
         return torch.randn(2, D, dtype=torch.float32)
     if name in VECTORS:
         return torch.rand(D) + 0.5
+    if name == "rstd":  # one float32 statistic per row of the (2, D) x above
+        return torch.rand(2, 1) + 0.5
     table = {"g": torch.tensor([2.0]), "eps": 1e-6, "d": D, "alpha": torch.tensor(0.5), "shift": torch.tensor(0.1),
              "convention": "reference", "placement": "inside", "gs": D // 2, "k": D // 2, "head_dim": D,
              "block_size": None, "res_fp32": False, "eps_placement": "inside"}
@@ -168,7 +154,6 @@ def test_the_walk_finds_the_public_callables():
                      "reference_impl.ops.triton_norm.TritonRMSNormFunction", "reference_impl.distributed.sharded_rms_norm"):
         assert expected in names, expected
     assert len(names) >= 50, sorted(names)
-    assert set(KNOWN_GAPS) <= names, sorted(set(KNOWN_GAPS) - names)
 
 
 class CannotRun(Exception):
@@ -219,9 +204,7 @@ TRITON = sorted(n for n in CALLABLES if ".ops.triton_" in n)
 
 
 @pytest.mark.parametrize("name", sorted(CALLABLES))
-def test_bad_input_gets_a_clear_error(name, request):
-    if name in KNOWN_GAPS:
-        request.applymarker(pytest.mark.xfail(reason=KNOWN_GAPS[name], strict=True))
+def test_bad_input_gets_a_clear_error(name):
     try:
         wrong = problems(name)
     except CannotRun as e:
