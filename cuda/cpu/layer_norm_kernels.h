@@ -11,8 +11,9 @@
 //   pass 3  y = round_x((((x - m) - c) * rstd) * w + b)   (x - m exact for x near m: the error of m
 //           never reaches y, even for a mean a million times the spread)
 //   [a sum that overflowed or underflowed: ln_fwd_row_wide does the row in double instead]
-// Backward, per row: pass 1 sums g and g * xhat (g = dy * w, xhat = (x - mean - c) * rstd, c = sum (x -
-// mean) / d corrects the float32 rounding of the saved mean, summed in the sweep that sums g);
+// Backward, per row: pass 1 sums g, x - mean and g * (x - mean) * rstd in one sweep (g = dy * w; c = sum (x -
+// mean) / d corrects the float32 rounding of the saved mean, xhat = (x - mean - c) * rstd, and
+// mean(g * xhat) = (sum g (x - mean) rstd - c rstd sum g) / d);
 // pass 2 dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), and dy * xhat, dy added to the float32
 // partial sums of dweight and dbias that the caller reduces in a fixed order (deterministic).
 #pragma once
@@ -222,47 +223,117 @@ void ln_fwd_tiles(const LnFwdArgs& a, int64_t r0, int64_t r1) {
 // --8<-- [end:ln_fwd_tiles]
 
 // --8<-- [start:ln_bwd]
+// One row's statistics for the backward: mean(g) and mean(g * xhat) from one sweep over dy and x (sum g,
+// sum (x - mean) and sum g * (x - mean) * rstd; the saved mean is rounded to float32, and c = sum (x -
+// mean) / d corrects it: xhat = (x - mean - c) * rstd, mean(g * xhat) = (sum g (x - mean) rstd - c rstd
+// sum g) / d), returned as the constants of the last pass:
+//   xhat = (x - mean) * rstd + ncr,   dx = (g * rstd + nrmg) + xhat * nrmgx
+// (dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), each line two fused multiply-adds: one rounding
+// each, the same in every vector lane and in the row's tail, S::fmadd).
+struct LnBwdRow {
+  float mu, rs, ncr, nrmg, nrmgx;
+};
+
+template <class V, class T, class WT>
+inline LnBwdRow ln_bwd_stats(const T* dy, const T* x, const WT* w, float mu, float rs, int64_t d) {
+  const float fd = static_cast<float>(d);
+  auto g = [&](auto q, int64_t j) {
+    using Q = decltype(q);
+    return w ? Q::mul(Q::load(dy + j), Q::load(w + j)) : Q::load(dy + j);
+  };
+  auto xm = [&](auto q, int64_t j) { return decltype(q)::sub(decltype(q)::load(x + j), decltype(q)::set1(mu)); };
+  float sg, sc, sgx;
+  row_sum3<V>(d, g, xm, [&](auto q, int64_t j) {
+    using Q = decltype(q);
+    return Q::mul(g(q, j), Q::mul(xm(q, j), Q::set1(rs)));
+  }, sg, sc, sgx);
+  const float c = std::isfinite(sc) ? sc / fd : 0.0f;
+  const float mg = sg / fd;
+  const float mgx = (sgx - c * rs * sg) / fd;
+  return {mu, rs, -c * rs, -rs * mg, -rs * mgx};
+}
+
+// The last pass at element j (a vector or one element, q): dx of the row, with dy * xhat and dy added to
+// the partials held in pw and pb (registers: a pair of rows adds into them one row after the other, the
+// order of the row-by-row loop, so the sums have the same bits either way).
+template <class Q, class T, class WT>
+inline typename Q::R ln_bwd_value(Q, const T* dy, const T* x, const WT* w, const LnBwdRow& s, int64_t j,
+                                  typename Q::R& pw, typename Q::R& pb) {
+  const auto dyv = Q::load(dy + j);
+  const auto xh = Q::fmadd(Q::sub(Q::load(x + j), Q::set1(s.mu)), Q::set1(s.rs), Q::set1(s.ncr));
+  pw = Q::fmadd(dyv, xh, pw);
+  pb = Q::add(pb, dyv);
+  const auto gv = w ? Q::mul(dyv, Q::load(w + j)) : dyv;
+  return Q::fmadd(xh, Q::set1(s.nrmgx), Q::fmadd(gv, Q::set1(s.rs), Q::set1(s.nrmg)));
+}
+
+// Rows [r0, r1) of one block; part holds the block's dweight partial (first d floats) and dbias partial
+// (next d). Rows go two at a time through the last pass, so the partials are read and written once per
+// pair instead of once per row (for bfloat16 rows the partials are four times the row's own bytes); a
+// pair whose outputs cannot both be streamed from a line boundary, and the last odd row, go alone.
 template <class V, class T, class WT>
 void ln_bwd_rows(const LnBwdArgs& a, int64_t r0, int64_t r1, float* part) {
+  constexpr int W = V::W;
   const int64_t d = a.d;
   const WT* w = static_cast<const WT*>(a.w);
-  const float fd = static_cast<float>(d);
   float* pw = part;      // dweight partial
   float* pb = part + d;  // dbias partial
-  for (int64_t i = r0; i < r1; ++i) {
+  const bool whole_lines = (d * int64_t(sizeof(T))) % 64 == 0;
+  for (int64_t i = r0; i < r1;) {
     const T* dy = static_cast<const T*>(a.dy) + i * d;
     const T* x = static_cast<const T*>(a.x) + i * d;
     T* dx = static_cast<T*>(a.dx) + i * d;
-    const float mu = a.mean[i], rs = a.rstd[i];
-    const bool more = a.prefetch && i + 1 < r1;  // the next row's dy and x, asked for in the last pass
-    const T* dyn = more ? dy + d : nullptr;
-    const T* xn = more ? x + d : nullptr;
-    auto g = [&](auto q, int64_t j) {
+    const bool pair = i + 1 < r1 && W > 1 &&
+                      (!a.stream || (whole_lines && (reinterpret_cast<uintptr_t>(dx) & 63) == 0));
+    const int64_t n = pair ? 2 : 1;
+    const bool more = a.prefetch && i + n < r1;  // the next rows' dy and x, asked for in the last pass
+    const T* dyn = more ? dy + n * d : nullptr;
+    const T* xn = more ? x + n * d : nullptr;
+    const LnBwdRow s0 = ln_bwd_stats<V, T, WT>(dy, x, w, a.mean[i], a.rstd[i], d);
+    if (!pair) {
+      row_store<V>(dx, d, a.stream, [&](auto q, int64_t j) {
+        using Q = decltype(q);
+        prefetch_l2(dyn, j), prefetch_l2(xn, j);
+        auto vw = Q::load(pw + j), vb = Q::load(pb + j);
+        const auto v = ln_bwd_value(q, dy, x, w, s0, j, vw, vb);
+        Q::store(pw + j, vw), Q::store(pb + j, vb);
+        return v;
+      });
+      i += 1;
+      continue;
+    }
+    const LnBwdRow s1 = ln_bwd_stats<V, T, WT>(dy + d, x + d, w, a.mean[i + 1], a.rstd[i + 1], d);
+    auto both = [&](auto q, int64_t j, auto& y0, auto& y1) {
       using Q = decltype(q);
-      return w ? Q::mul(Q::load(dy + j), Q::load(w + j)) : Q::load(dy + j);
+      prefetch_l2(dyn, j), prefetch_l2(xn, j), prefetch_l2(dyn ? dyn + d : nullptr, j),
+          prefetch_l2(xn ? xn + d : nullptr, j);
+      auto vw = Q::load(pw + j), vb = Q::load(pb + j);
+      y0 = ln_bwd_value(q, dy, x, w, s0, j, vw, vb);
+      y1 = ln_bwd_value(q, dy + d, x + d, w, s1, j, vw, vb);
+      Q::store(pw + j, vw), Q::store(pb + j, vb);
     };
-    float sg, sc;  // sum g, and sum (x - mean): the saved mean is rounded to float32, corrected again here
-    row_sum2<V>(d, g, [&](auto q, int64_t j) { return decltype(q)::sub(decltype(q)::load(x + j), decltype(q)::set1(mu)); },
-                sg, sc);
-    const float c = std::isfinite(sc) ? sc / fd : 0.0f;
-    auto xhat = [&](auto q, int64_t j) {
-      using Q = decltype(q);
-      return Q::mul(Q::sub(Q::sub(Q::load(x + j), Q::set1(mu)), Q::set1(c)), Q::set1(rs));
-    };
-    const float mg = sg / fd;
-    const float mgx = row_sum<V>(d, [&](auto q, int64_t j) { return decltype(q)::mul(g(q, j), xhat(q, j)); }) / fd;
-    // dx, and in the same sweep the row's dy * xhat and dy added to the partials: row_store asks for each
-    // element position exactly once, so dy and x are loaded and widened once here instead of three times
-    row_store<V>(dx, d, a.stream, [&](auto q, int64_t j) {
-      using Q = decltype(q);
-      prefetch_l2(dyn, j), prefetch_l2(xn, j);
-      const auto dyv = Q::load(dy + j);
-      const auto xh = xhat(q, j);
-      Q::store(pw + j, Q::add(Q::load(pw + j), Q::mul(dyv, xh)));
-      Q::store(pb + j, Q::add(Q::load(pb + j), dyv));
-      const auto gv = w ? Q::mul(dyv, Q::load(w + j)) : dyv;
-      return Q::mul(Q::set1(rs), Q::sub(Q::sub(gv, Q::set1(mg)), Q::mul(xh, Q::set1(mgx))));
-    });
+    int64_t j = 0;
+    for (; j + 2 * W <= d; j += 2 * W) {
+      typename V::R a0, a1, b0, b1;
+      both(V{}, j, a0, b0);
+      both(V{}, j + W, a1, b1);
+      if (a.stream) {
+        V::stream2(dx + j, a0, a1), V::stream2(dx + d + j, b0, b1);
+      } else {
+        V::store2(dx + j, a0, a1), V::store2(dx + d + j, b0, b1);
+      }
+    }
+    for (; j + W <= d; j += W) {
+      typename V::R a0, b0;
+      both(V{}, j, a0, b0);
+      V::store(dx + j, a0), V::store(dx + d + j, b0);
+    }
+    for (; j < d; ++j) {
+      float a0, b0;
+      both(S{}, j, a0, b0);
+      S::store(dx + j, a0), S::store(dx + d + j, b0);
+    }
+    i += 2;
   }
   if (a.stream) V::fence();
 }

@@ -39,6 +39,25 @@ def test_a_tile_setting_is_set_around_its_own_calls_only(monkeypatch):
     assert os.environ["NORMLAB_CPU_TILE"] == "99"  # restored after
 
 
+def test_each_case_block_starts_with_an_untimed_call():
+    """Per case: a warm-up and a sizing call, then in each round one untimed call before the timed ones, so
+    that no case is timed straight after another case's buffers and cache lines."""
+    calls = {"a": 0, "b": 0}
+    stamps = []
+
+    def case(name):
+        def run():
+            calls[name] += 1
+            stamps.append(name)
+        return run
+
+    stats = bench.time_cases({"a": case("a"), "b": case("b")}, repeats=3, quick=True)
+    assert calls == {"a": 2 + 3 * 2, "b": 2 + 3 * 2}
+    assert stats["a"]["calls"] == stats["b"]["calls"] == 3
+    blocks = stamps[4:]  # after the warm-up and sizing calls: pairs of (untimed, timed) calls of one case
+    assert all(blocks[i] == blocks[i + 1] for i in range(0, len(blocks), 2))
+
+
 def test_the_default_tile_is_read_from_the_kernels_header():
     text = (REPO / "cuda" / "cpu" / "cpu_common.h").read_text()
     assert f"kTileRowBytes = {groups.default_tile_bytes()};" in text

@@ -33,7 +33,8 @@ def _quantiles(v: list[float]) -> tuple[float, float]:
 
 
 def time_cases(cases: dict, repeats: int, quick: bool) -> dict:
-    """Rounds of interleaved calls (order rotated per round); per implementation the statistics."""
+    """Rounds of interleaved calls (order rotated per round, each case's block led by one untimed call); per
+    implementation the statistics."""
     names = list(cases)
     est = {}
     for name in names:  # warm-up (and compile), then one timed call to size k
@@ -51,6 +52,9 @@ def time_cases(cases: dict, repeats: int, quick: bool) -> dict:
         for n in order:
             ts = []
             with case_env(cases[n]):
+                # one untimed call first: what the previous case left behind (its lines in the caches, the
+                # buffers it freed) would otherwise be charged to whichever case follows it in the round
+                cases[n]()
                 f0 = _minflt()
                 for _ in range(k[n]):
                     t0 = time.perf_counter()
