@@ -17,9 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import provenance
 from . import machine_archive
-from .machine import key_of
 
 REPO = Path(__file__).resolve().parents[2]
 ARCHIVE = REPO / "docs" / "data" / "distributed_machines"
@@ -30,11 +28,7 @@ WORLDS = ("p2", "p4")          # the rank counts whose timings the table of mach
 def write(data: dict, archive_dir: Path = ARCHIVE) -> Path:
     """Writes (or replaces), atomically, this run's machine file; a ``--quick`` smoke run is refused (it
     measures nothing)."""
-    if data["provenance"]["quick"]:
-        raise ValueError("a --quick smoke run is not archived: it measures nothing")
-    archive_dir = Path(archive_dir)
-    archive_dir.mkdir(parents=True, exist_ok=True)
-    return provenance.write_json(archive_dir / f"{key_of(data)}.json", data)
+    return machine_archive.write(data, archive_dir)
 
 
 def check_archived(path: Path) -> dict:
@@ -53,18 +47,7 @@ def machine_row(data: dict) -> dict:
     """What the page's table of machines shows for one run: the machine, its SIMD level, the date, the load,
     whether the run used the current code, and for 2 and 4 ranks the median time of ``sharded_rms_norm`` and
     of ``F.rms_norm`` on a DTensor, and the ratio of the two."""
-    prov, m = data["provenance"], data["provenance"]["machine"]
-    ident = m.get("cpu_identity")
-    if ident:
-        name = f"{ident['model_name']} ({ident['vendor']}, family {ident['family']}, model {ident['model']})"
-    else:
-        name = f"{m['cpu']} ({m.get('vendor', 'vendor not recorded')}; family and model not recorded)"
-    flags = (ident or {}).get("flags") or m.get("simd_flags", [])
-    simd = "AVX-512" if "avx512f" in flags else ("AVX2" if "avx2" in flags else "neither AVX2 nor AVX-512")
-    row = {"key": key_of(data), "machine": name, "simd": simd, "cores": m.get("cores", "not recorded"),
-           "date": prov["date"][:10], "load": (f"{prov['load_avg'][0]:.2f} to {prov['load_avg_end'][0]:.2f}"
-                                 if "load_avg_end" in prov else f"{prov['load_avg'][0]:.2f} at the start"),
-           "code": "current code" if provenance.is_current(data)[0] else "earlier code"}
+    row = {**machine_archive.machine_cells(data), "cores": data["provenance"]["machine"].get("cores", "not recorded")}
     for world in WORLDS:
         t = data["timing"][world]
         row[f"{world}_ours_us"] = f"{t['methods']['sharded_rms']['median_us']:.0f}"

@@ -20,9 +20,35 @@ def write(data: dict, archive_dir: Path) -> Path:
     """Writes (or replaces) this run's machine file; a ``--quick`` smoke run is refused (it measures nothing)."""
     if data["provenance"]["quick"]:
         raise ValueError("a --quick smoke run is not archived: it measures nothing")
+    archive_dir = Path(archive_dir)
     archive_dir.mkdir(parents=True, exist_ok=True)
     path = archive_dir / f"{key_of(data)}.json"
     return write_json(path, data)  # atomic: an interrupted write leaves the machine's earlier file whole
+
+
+def machine_cells(data: dict) -> dict:
+    """The cells every table of machines starts with: the machine's key, its name (from ``cpu_identity``, or
+    what a run filed before it was recorded names), its SIMD level, the date, the load (start to end, or
+    what was recorded), and whether the run used the current code."""
+    from ..provenance import is_current
+
+    prov, m = data["provenance"], data["provenance"]["machine"]
+    ident = m.get("cpu_identity")
+    if ident:
+        name = f"{ident['model_name']} ({ident['vendor']}, family {ident['family']}, model {ident['model']})"
+    else:
+        name = f"{m['cpu']} ({m.get('vendor', 'vendor not recorded')}; family and model not recorded)"
+    flags = (ident or {}).get("flags") or m.get("simd_flags", [])
+    simd = "AVX-512" if "avx512f" in flags else ("AVX2" if "avx2" in flags else "neither AVX2 nor AVX-512")
+    start = prov["load_avg"][0] if prov.get("load_avg") else None
+    if start is None:
+        load = "not recorded"
+    elif "load_avg_end" in prov:
+        load = f"{start:.2f} to {prov['load_avg_end'][0]:.2f}"
+    else:
+        load = f"{start:.2f} at the start"
+    return {"key": key_of(data), "machine": name, "simd": simd, "date": prov["date"][:10], "load": load,
+            "code": "current code" if is_current(data)[0] else "earlier code"}
 
 
 def check(path: Path, schema: str, exclude: tuple = ("provenance_sources",)) -> dict:

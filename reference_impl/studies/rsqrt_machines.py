@@ -18,9 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .. import provenance
 from . import machine_archive
-from .machine import key_of
 
 REPO = Path(__file__).resolve().parents[2]
 ARCHIVE = REPO / "docs" / "data" / "rsqrt_machines"
@@ -32,11 +30,7 @@ FAST, SLOW = "sse_rsqrt", "sse_div_sqrt"
 def write(data: dict, archive_dir: Path = ARCHIVE) -> Path:
     """Writes (or replaces), atomically, this run's machine file; a ``--quick`` run is refused (its short
     timing loops describe no machine)."""
-    if data["provenance"]["quick"]:
-        raise ValueError("a --quick run is not archived: its short timing loops describe no machine")
-    archive_dir = Path(archive_dir)
-    archive_dir.mkdir(parents=True, exist_ok=True)
-    return provenance.write_json(archive_dir / f"{key_of(data)}.json", data)
+    return machine_archive.write(data, archive_dir)
 
 
 def check_archived(path: Path) -> dict:
@@ -65,28 +59,11 @@ def machine_row(data: dict) -> dict:
     """What the page's table of machines shows for one run: the machine, its SIMD level, the date, the
     load, whether the run used the current code, the ns of one scalar exact rsqrt (SQRTSS + DIVSS) and of
     one RSQRTSS in a loop, and how many times faster RSQRTPS was than SQRTPS + DIVPS in cache."""
-    prov, m = data["provenance"], data["provenance"]["machine"]
-    ident = m.get("cpu_identity")
-    if ident:
-        name = f"{ident['model_name']} ({ident['vendor']}, family {ident['family']}, model {ident['model']})"
-    else:
-        name = f"{m['cpu']} ({m.get('vendor', 'vendor not recorded')}; family and model not recorded)"
-    flags = (ident or {}).get("flags") or m.get("simd_flags", [])
-    simd = "AVX-512" if "avx512f" in flags else ("AVX2" if "avx2" in flags else "neither AVX2 nor AVX-512")
-    start = prov["load_avg"][0] if prov.get("load_avg") else None
-    if start is None:
-        load = "not recorded"
-    elif "load_avg_end" in prov:
-        load = f"{start:.2f} to {prov['load_avg_end'][0]:.2f}"
-    else:
-        load = f"{start:.2f} at the start"
     rt = data["rmsnorm_time"]
     scalar = rt.get("scalar_rsqrt_ns") if rt.get("available") else None
     missing = rt.get("reason", "not timed") if not rt.get("available") else "not timed"
     speedup = speedup_in_cache(data)
-    return {"key": key_of(data), "machine": name, "simd": simd, "cores": m.get("cores", "not recorded"),
-            "date": prov["date"][:10], "load": load,
-            "code": "current code" if provenance.is_current(data)[0] else "earlier code",
+    return {**machine_archive.machine_cells(data), "cores": data["provenance"]["machine"].get("cores", "not recorded"),
             "exact_ns": f"{scalar['exact']:.2f}" if scalar else missing,
             "rsqrtss_ns": f"{scalar['rsqrtss']:.2f}" if scalar else missing,
             "speedup_cache": f"{speedup:.1f}x" if speedup is not None else f"not timed ({FAST} or {SLOW} missing)"}

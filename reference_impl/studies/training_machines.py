@@ -17,7 +17,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import machine_archive
-from .machine import key_of
 
 REPO = Path(__file__).resolve().parents[2]
 ARCHIVE = REPO / "docs" / "data" / "training_machines"
@@ -45,19 +44,8 @@ def archived(archive_dir: Path = ARCHIVE) -> list[tuple[Path, dict]]:
 def machine_row(data: dict) -> dict:
     """What the page's table of machines shows for one run: the machine, the date, the threads and load,
     and for Pre-RMSNorm and Pre-LN the median step time and the norms' median share of it."""
-    from .. import provenance as pv
-
-    prov, m = data["provenance"], data["provenance"]["machine"]
-    ident = m.get("cpu_identity")
-    if ident:
-        name = f"{ident['model_name']} ({ident['vendor']}, family {ident['family']}, model {ident['model']})"
-    else:
-        name = f"{m['cpu']} ({m.get('vendor', 'vendor not recorded')}; family and model not recorded)"
-    flags = (ident or {}).get("flags") or m.get("simd_flags", [])
-    simd = "AVX-512" if "avx512f" in flags else ("AVX2" if "avx2" in flags else "neither AVX2 nor AVX-512")
-    row = {"key": key_of(data), "machine": name, "simd": simd, "threads": m.get("torch_threads", "not recorded"),
-           "date": prov["date"][:10], "load": f"{prov['load_avg'][0]:.2f} to {prov['load_avg_end'][0]:.2f}",
-           "code": "current code" if pv.is_current(data)[0] else "earlier code"}
+    m = data["provenance"]["machine"]
+    row = {**machine_archive.machine_cells(data), "threads": m.get("torch_threads", "not recorded")}
     for cfg in CONFIGS:
         t = data["timing"][cfg]
         row[f"{cfg}_step_ms"] = f"{t['median_step_ms']:.1f}"
