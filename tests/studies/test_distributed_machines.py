@@ -11,7 +11,8 @@ import pytest
 from reference_impl.studies import distributed_bench as bench
 from reference_impl.studies import distributed_machines as dm
 from reference_impl.studies.machine import key_of
-from reference_impl.studies.schemas import DataFileError
+
+import archive_checks
 
 LATEST = dm.REPO / "docs" / "data" / "distributed.json"
 OTHER_KEY = "genuineintel-f6-m143-s8-avx512-2c"
@@ -70,49 +71,22 @@ def test_a_run_filed_twice_replaces_only_its_own_machines_file(tmp_path):
     (lambda d: d["timing"]["p2"]["methods"]["sharded_rms"].__setitem__("median_us", "fast"), "median_us"),
 ])
 def test_a_corrupt_file_fails_naming_the_file(tmp_path, break_it, words):
-    path, data = dm.archived()[0]
-    broken = json.loads(json.dumps(data))
-    break_it(broken)
-    bad = tmp_path / path.name
-    bad.write_text(json.dumps(broken))
-    with pytest.raises(DataFileError, match=path.name) as err:
-        dm.check_archived(bad)
-    assert words in str(err.value)
+    archive_checks.refuses_a_corrupt_file(dm, tmp_path, break_it, words)
 
 
 def test_a_misnamed_file_a_smoke_run_and_broken_json_are_refused_by_name(tmp_path):
-    path, data = dm.archived()[0]
-    misnamed = tmp_path / "someone-else-2c.json"
-    misnamed.write_text(json.dumps(data))
-    with pytest.raises(DataFileError, match=r"someone-else-2c\.json.*must be named"):
-        dm.check_archived(misnamed)
-    quick = tmp_path / path.name
-    quick.write_text(json.dumps({**data, "provenance": {**data["provenance"], "quick": True}}))
-    with pytest.raises(DataFileError, match=rf"{path.name}.*--quick"):
-        dm.check_archived(quick)
-    truncated = tmp_path / "cut.json"
-    truncated.write_text(path.read_text()[:500])
-    with pytest.raises(DataFileError, match="cut.json"):
-        dm.check_archived(truncated)
+    archive_checks.refuses_misnamed_quick_and_truncated_files(dm, tmp_path)
 
 
 def test_the_site_macro_shows_every_machine_and_refuses_a_corrupt_archive(tmp_path, monkeypatch):
     from site_hooks.distributed import distributed_machines_macro
-    from site_hooks.macros import MacroError
 
-    class Ctx:
-        src_path = "distributed.md"
-
-    table = distributed_machines_macro(Ctx())
-    assert table.count("\n") == len(dm.archived()) + 1 and "DTensor (µs)" in table
-    for _, data in dm.archived():
+    archived = dm.archived()
+    table = archive_checks.macro_table_then_refusals(dm, distributed_machines_macro, "distributed.md", tmp_path,
+                                                     monkeypatch)
+    assert "DTensor (µs)" in table
+    for _, data in archived:
         assert dm.machine_row(data)["machine"] in table
-    monkeypatch.setattr(dm.archived, "__defaults__", (tmp_path,))
-    with pytest.raises(MacroError, match="holds no machine file"):
-        distributed_machines_macro(Ctx())
-    (tmp_path / "x.json").write_text("{ not json")
-    with pytest.raises(MacroError, match="x.json"):
-        distributed_machines_macro(Ctx())
 
 
 @pytest.mark.parametrize("quick, to_committed, filed", [(False, True, True), (True, True, False),

@@ -12,15 +12,25 @@ from reference_impl import provenance as pv
 from reference_impl.studies import rsqrt as study
 from reference_impl.studies import rsqrt_machines as rm
 from reference_impl.studies.machine import key_of
-from reference_impl.studies.schemas import DataFileError
+
+import archive_checks
 
 LATEST = rm.REPO / "docs" / "data" / "rsqrt_cpu.json"
 OTHER_KEY = "genuineintel-f6-m143-s8-avx512-2c"
 
 
 def _as_machine(data: dict, key: str) -> dict:
+    """The run as if another machine had made it: its key, and a CPU identity that gives that key (family,
+    model, stepping and SIMD level read back from the key), so the file passes the consistency checks."""
     run = json.loads(json.dumps(data))
-    run["provenance"]["machine"]["machine_key"] = key
+    machine = run["provenance"]["machine"]
+    machine["machine_key"] = key
+    if "cpu_identity" in machine:
+        ident = machine["cpu_identity"]
+        _, fam, mod, step, simd, _ = key.split("-")
+        ident.update(family=fam[1:], model=mod[1:], stepping=step[1:])
+        ident["flags"] = [f for f in ident["flags"] if f != "avx512_bf16" or simd == "avx512bf16"]
+        assert key_of(run) == key, (key_of(run), key)
     return run
 
 
@@ -94,50 +104,22 @@ def test_a_machine_without_the_timed_paths_gets_a_row_that_says_so(tmp_path):
     (lambda d: d["provenance"]["machine"].__setitem__("machine_key", "Not A Key"), "machine_key"),
 ])
 def test_a_corrupt_file_fails_naming_the_file(tmp_path, break_it, words):
-    path, data = rm.archived()[0]
-    broken = json.loads(json.dumps(data))
-    break_it(broken)
-    bad = tmp_path / path.name
-    bad.write_text(json.dumps(broken))
-    with pytest.raises(DataFileError, match=path.name) as err:
-        rm.check_archived(bad)
-    assert words in str(err.value)
+    archive_checks.refuses_a_corrupt_file(rm, tmp_path, break_it, words)
 
 
 def test_a_misnamed_file_a_quick_run_and_broken_json_are_refused_by_name(tmp_path):
-    path, data = rm.archived()[0]
-    misnamed = tmp_path / "someone-else-2c.json"
-    misnamed.write_text(json.dumps(data))
-    with pytest.raises(DataFileError, match=r"someone-else-2c\.json.*must be named"):
-        rm.check_archived(misnamed)
-    quick = tmp_path / path.name
-    quick.write_text(json.dumps({**data, "provenance": {**data["provenance"], "quick": True}}))
-    with pytest.raises(DataFileError, match=rf"{path.name}.*--quick"):
-        rm.check_archived(quick)
-    truncated = tmp_path / "cut.json"
-    truncated.write_text(path.read_text()[:500])
-    with pytest.raises(DataFileError, match="cut.json"):
-        rm.check_archived(truncated)
+    archive_checks.refuses_misnamed_quick_and_truncated_files(rm, tmp_path)
 
 
 def test_the_site_macro_shows_every_machine_and_refuses_a_corrupt_archive(tmp_path, monkeypatch):
-    from site_hooks.macros import MacroError
     from site_hooks.rsqrt import rsqrt_machines_macro
 
-    class Ctx:
-        src_path = "rsqrt.md"
-
-    table = rsqrt_machines_macro(Ctx())
-    assert table.count("\n") == len(rm.archived()) + 1 and "one RSQRTSS (ns)" in table
-    for _, data in rm.archived():
+    archived = rm.archived()
+    table = archive_checks.macro_table_then_refusals(rm, rsqrt_machines_macro, "rsqrt.md", tmp_path, monkeypatch)
+    assert "one RSQRTSS (ns)" in table
+    for _, data in archived:
         row = rm.machine_row(data)
         assert f"| {row['machine']} |" in table and f"| {row['exact_ns']} |" in table
-    monkeypatch.setattr(rm.archived, "__defaults__", (tmp_path,))
-    with pytest.raises(MacroError, match="holds no machine file"):
-        rsqrt_machines_macro(Ctx())
-    (tmp_path / "x.json").write_text("{ not json")
-    with pytest.raises(MacroError, match="x.json"):
-        rsqrt_machines_macro(Ctx())
 
 
 @pytest.mark.parametrize("quick, to_committed, filed", [(False, True, True), (True, True, False),
