@@ -33,7 +33,7 @@ from .. import provenance as pv
 from ..ops import rsqrt as R
 from ..provenance import finish, record
 from ..provenance import source_hash as _hash
-from . import rsqrt_machines
+from . import rsqrt_machines, rsqrt_panels
 from .machine import cpu_identity, machine_key
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,9 +67,7 @@ RMS_METHODS = ["libm_div_sqrt", "sse_rsqrt", "sse_rsqrt_nr1", "sse_rsqrt_nr2", "
                "avx512_rsqrt14", "avx512_rsqrt14_nr1_fma", "quake_nr1", "walczyk_nr1", "walczyk_nr2"]
 
 
-# ---------------------------------------------------------------------------------------------------
-# Machine and provenance
-# ---------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------ machine and provenance
 def simd_flags() -> list[str]:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -115,9 +113,7 @@ def _clean(g: dict, seed_bound: float) -> dict:
     return out
 
 
-# ---------------------------------------------------------------------------------------------------
-# Parts of the CPU study
-# ---------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------ parts of the cpu study
 def run_sweep(names, stride: int, threads: int, quiet: bool) -> dict:
     from tqdm import tqdm
 
@@ -275,9 +271,7 @@ def R_unit(dtype: torch.dtype) -> float:
     return float(torch.finfo(dtype).eps) / 2.0
 
 
-# ---------------------------------------------------------------------------------------------------
-# Plots
-# ---------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------ plots
 def render_plots(data: dict, outdir: Path) -> list[Path]:
     """The rsqrt page's plots, light and dark (reference_impl/studies/plotstyle.py). Titles name the figure;
     the machine and the details are in the page's captions."""
@@ -330,8 +324,8 @@ def render_plots(data: dict, outdir: Path) -> list[Path]:
                         "avx512_rsqrt14_nr1_fma", "quake_nr1", "walczyk_nr1", "walczyk_nr2") if n in data["methods"]
             and data["methods"][n].get("normal")]
 
-    # The page shows rsqrt_panels.py's drawing of these histograms (one panel per method); this overlay of
-    # nine colours is still written for now. At the next re-run, call rsqrt_panels.draw here instead.
+    # The page shows rsqrt_panels.py's drawing of these histograms (one panel per method, drawn by run_cpu);
+    # this overlay of nine colours is the same data in one axes.
     def ulp_hist(theme):
         fig, axs = plotstyle.figure(7.6)
         ax = axs[0][0]
@@ -401,9 +395,7 @@ def render_plots(data: dict, outdir: Path) -> list[Path]:
     return written
 
 
-# ---------------------------------------------------------------------------------------------------
-# Drivers
-# ---------------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------ drivers
 def run_cpu(stride: int = 1, threads: int = 0, quick: bool = False, quiet: bool = False,
             out: Path = CPU_JSON, plots: Path = PLOTS) -> dict:
     t0 = time.time()
@@ -468,6 +460,7 @@ def run_cpu(stride: int = 1, threads: int = 0, quick: bool = False, quiet: bool 
     out.parent.mkdir(parents=True, exist_ok=True)
     pv.write_json(out, data)
     render_plots(data, plots)
+    rsqrt_panels.draw(data, plots)  # the page's histograms, drawn from the file just written
     return data
 
 

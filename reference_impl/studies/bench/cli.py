@@ -16,7 +16,7 @@ from .cases import (ALLOCATORS, BLOCK_ALLOCATOR, COMMAND, DEFAULT_REPEATS, DTYPE
                     IMPLS, LABELS, LN_EPS, MAX_CALLS, MAX_LOAD, MODES, OUT, OUT_MODE_ALLOCATOR, PLOTS,
                     QUICK_OUT, QUICK_PLOTS, QUICK_SHAPES, REPO, ROUND_BUDGET_S, SHAPES, SOURCES, WAIT_S, has_out_parameter)
 from .measure import allocator_available, flop_summary, run_worker, wait_for_quiet, worker
-from .groups import (GROUP_IMPLS, GROUP_LABELS, QK_ALLOCATOR, QK_SHAPES, QUICK_QK_SHAPES, QUICK_SHORT_SHAPES,
+from .groups import (GROUP_IMPLS, GROUP_ROUNDS, GROUP_LABELS, QK_ALLOCATOR, QK_SHAPES, QUICK_QK_SHAPES, QUICK_SHORT_SHAPES,
                      SHORT_SHAPES, TILE_IMPLS, default_tile_bytes)
 from .analyse import analyse, block_shares, index_results, ort_support
 from .render import first_touch_table, ort_table, plot, status_text, tables
@@ -74,7 +74,8 @@ def run(args) -> dict:
     data = {
         "provenance": prov,
         "what": "CPU benchmark of RMSNorm/LayerNorm implementations against the copy ceiling and the peers",
-        "settings": {"eps": EPS, "layer_norm_eps": LN_EPS, "repeats": repeats, "round_budget_s": ROUND_BUDGET_S,
+        "settings": {"eps": EPS, "layer_norm_eps": LN_EPS, "repeats": repeats,
+                     "group_repeats": repeats if quick else GROUP_ROUNDS * repeats, "round_budget_s": ROUND_BUDGET_S,
                      "max_calls_per_round": MAX_CALLS, "shapes": [list(s) for s in shapes], "dtypes": dtypes,
                      "modes": list(MODES), "impls": {m: list(v) for m, v in IMPLS.items()}, "labels": LABELS,
                      "out_mode_allocator": OUT_MODE_ALLOCATOR, "block_allocator": BLOCK_ALLOCATOR,

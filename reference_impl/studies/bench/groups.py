@@ -19,8 +19,11 @@ float32, 16.8 MB in bfloat16). Timed: ``fused_qk_norm(x, w, eps)`` (it has no ``
 ``y.copy_(x)`` into a reused buffer and ``x.clone()`` give the forward's ceilings in the same process.
 Forward+backward: ``y.backward(dy)`` with gradients for x and the gain.
 
-Round budgets: every group runs ``repeats`` interleaved rounds of k calls per implementation, k as many
-as fit in ``ROUND_BUDGET_S`` (1..``MAX_CALLS``), as the main shapes do.
+Round budgets: every group runs ``GROUP_ROUNDS`` times ``repeats`` interleaved rounds of k calls per
+implementation, k as many as fit in ``ROUND_BUDGET_S`` (1..``MAX_CALLS``). A group's calls take a millisecond
+or two, so three rounds of five calls span a few tenths of a second: one burst of another tenant's work then
+covers a whole round of one case, and with three rounds its median cannot outvote it (one code path once
+measured 0.98 and 1.42 of the copy under two labels). Nine rounds cost a few seconds per group.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ SHORT_SHAPES = [(131072, 64), (65536, 128), (32768, 256)]
 QUICK_SHORT_SHAPES = [(1024, 64)]
 QK_SHAPES = [(1, 2048, 32, 128), (1, 2048, 16, 256)]
 QUICK_QK_SHAPES = [(1, 16, 4, 64)]
+GROUP_ROUNDS = 3  # a group's rounds per round of the main shapes (see the module's note on round budgets)
 TILE_SETTINGS = (0, 256, 4096)  # NORMLAB_CPU_TILE values swept besides the built-in default
 QK_ALLOCATOR = "glibc_tunables"
 GROUP_MODES = ("short_rows", "qk_forward", "qk_forward_backward")

@@ -17,7 +17,7 @@ import torch
 from ...ops import library as fused
 from .cases import (ALLOCATORS, DTYPES, EPS, IMPLS, MAX_CALLS, REPO, ROUND_BUDGET_S, Unavailable, make_case,
                     min_bytes, validate)
-from .groups import GROUP_IMPLS, TILE_IMPLS, case_env, group_inputs, make_group_case, validate_group
+from .groups import GROUP_IMPLS, GROUP_ROUNDS, TILE_IMPLS, case_env, group_inputs, make_group_case, validate_group
 
 # ------------------------------------------------------------------------------------------ timing
 
@@ -115,7 +115,8 @@ def timed_records(cases: dict, recs: list[dict], repeats: int, quick: bool) -> l
 
 
 def measure_group(mode: str, dname: str, shape, repeats: int, quick: bool, allocator: str) -> list[dict]:
-    """Records of one group configuration (the fields of measure_config's, plus ``shape`` for QK)."""
+    """Records of one group configuration (the fields of measure_config's, plus ``shape`` for QK), timed
+    over ``GROUP_ROUNDS * repeats`` rounds (one round for a quick run)."""
     x, w, dy, y = group_inputs(mode, shape, dname)
     rows, d = x.numel() // x.shape[-1], x.shape[-1]
     cases, recs = {}, []
@@ -131,7 +132,7 @@ def measure_group(mode: str, dname: str, shape, repeats: int, quick: bool, alloc
         except Unavailable as exc:
             rec["skipped"] = str(exc)
         recs.append(rec)
-    return timed_records(cases, recs, repeats, quick)
+    return timed_records(cases, recs, repeats if quick else GROUP_ROUNDS * repeats, quick)
 
 
 def first_touch(rows: int, d: int, repeats: int, quick: bool) -> dict:
