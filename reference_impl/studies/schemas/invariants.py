@@ -173,9 +173,16 @@ def bench_records(data, name):
         yield "settings.repeats", f"{repeats}: a full run repeats every case at least 3 times"
     if (data.get("load") or {}).get("quick") is not False:
         yield "load.quick", "a full run waits for a quiet machine (load.quick must be false)"
+    # the groups (short rows, QK-norm) run settings.group_repeats rounds (runs before it was recorded: repeats)
+    settings = data.get("settings") or {}
+    main_modes = set(settings.get("modes") or [])
+    group_repeats = settings.get("group_repeats", repeats)
+    if not (isinstance(group_repeats, int) and isinstance(repeats, int) and group_repeats >= repeats):
+        yield "settings.group_repeats", f"{group_repeats}: the groups run at least settings.repeats ({repeats}) rounds"
     for i, r in enumerate(results):
-        if "round_median_s" in r and len(r["round_median_s"]) != repeats:
-            yield f"results.{i}.round_median_s", f"{len(r['round_median_s'])} rounds, settings.repeats {repeats}"
+        want, name = (repeats, "repeats") if r["mode"] in main_modes else (group_repeats, "group_repeats")
+        if "round_median_s" in r and len(r["round_median_s"]) != want:
+            yield f"results.{i}.round_median_s", f"{len(r['round_median_s'])} rounds, settings.{name} {want}"
     for i, r in enumerate(results):
         if "gbps" not in r or r["mode"].endswith("forward_backward"):
             continue
