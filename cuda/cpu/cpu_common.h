@@ -45,6 +45,12 @@ inline bool prefetch_rows() {
   const char* env = std::getenv("NORMLAB_CPU_PREFETCH");
   return !(env && env[0] == '0' && env[1] == 0);
 }
+// The LayerNorm forward of rows without a fused residual through ln_fwd_plain (on unless NORMLAB_CPU_PLAIN=0,
+// read on every call: the tests compare both paths bit for bit, and a measurement can show what it is worth).
+inline bool plain_rows() {
+  const char* env = std::getenv("NORMLAB_CPU_PLAIN");
+  return !(env && env[0] == '0' && env[1] == 0);
+}
 // Rows per parallel task aim at this many elements, so small inputs are not split across threads.
 constexpr int64_t kGrainElems = 16384;
 

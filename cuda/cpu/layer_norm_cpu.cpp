@@ -7,6 +7,9 @@
 #include "isa.h"
 #include "layer_norm_kernels.h"
 
+#include <type_traits>
+#include <vector>
+
 namespace normlab_cpu {
 namespace {
 
@@ -51,12 +54,23 @@ void ln_fwd_into(const at::Tensor& x, const c10::optional<at::Tensor>& weight, c
     const Isa isa = pick_isa();
     const int64_t grain = std::max<int64_t>(1, kGrainElems / std::max<int64_t>(d, 1));
     const bool tiles = use_tiles(d, sizeof(T)) && !a.residual;
+    const bool plain = !a.residual && !tiles && plain_rows();
     at::parallel_for(0, rows, grain, [&](int64_t r0, int64_t r1) {
+      std::vector<float> buf(plain && !std::is_same_v<T, float> ? d : 0);  // one row widened to float32
       with_isa(isa, [&](auto v) {
+        using V = decltype(v);
         if (tiles)
-          ln_fwd_tiles<decltype(v), T, WT, BT>(a, r0, r1);
+          ln_fwd_tiles<V, T, WT, BT>(a, r0, r1);
+        else if (!plain)
+          ln_fwd_rows<V, T, WT, BT>(a, r0, r1);
+        else if (a.w && a.b)
+          ln_fwd_plain<V, T, WT, BT, true, true>(a, r0, r1, buf.data());
+        else if (a.w)
+          ln_fwd_plain<V, T, WT, BT, true, false>(a, r0, r1, buf.data());
+        else if (a.b)
+          ln_fwd_plain<V, T, WT, BT, false, true>(a, r0, r1, buf.data());
         else
-          ln_fwd_rows<decltype(v), T, WT, BT>(a, r0, r1);
+          ln_fwd_plain<V, T, WT, BT, false, false>(a, r0, r1, buf.data());
       });
     });
   });

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "simd.h"
 
@@ -95,6 +96,67 @@ bool ln_fwd_row_wide(const T* x, T* y, const WT* w, const BT* b, int64_t d, floa
 // is inlined into V::run (compiled for V's instruction set), so no such value crosses a function boundary.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
+
+// --8<-- [start:ln_fwd_plain]
+// The forward of a row without a fused residual, the gain and bias known at compile time (no test per
+// element). The statistics and the output are ln_fwd_rows's, operation for operation, so the bits are the
+// same; what changes is where the passes read the row from. For 16-bit rows the first pass widens each
+// element once and keeps the float32 value in `buf` (one row, from the L1 cache), so the second and third
+// passes load float32 instead of converting again; float32 rows are read in place.
+template <class V, class T, class WT, class BT, bool HasW, bool HasB>
+void ln_fwd_plain(const LnFwdArgs& a, int64_t r0, int64_t r1, float* buf) {
+  const int64_t d = a.d;
+  const WT* w = static_cast<const WT*>(a.w);
+  const BT* b = static_cast<const BT*>(a.b);
+  const float fd = static_cast<float>(d);
+  constexpr bool widen = !std::is_same_v<T, float>;
+  for (int64_t i = r0; i < r1; ++i) {
+    const T* x = static_cast<const T*>(a.x) + i * d;
+    T* y = static_cast<T*>(a.y) + i * d;
+    const T* xn = a.prefetch && i + 1 < r1 ? x + d : nullptr;  // the next row, asked for in the last pass
+    const float* f = nullptr;                                  // the row as float32
+    float mu;
+    if constexpr (widen) {
+      mu = row_sum<V>(d, [&](auto q, int64_t j) {  // each position is asked for once: load, keep, add
+        using Q = decltype(q);
+        const auto v = Q::load(x + j);
+        Q::store(buf + j, v);
+        return v;
+      }) / fd;
+      f = buf;
+    } else {
+      f = x;
+      mu = row_sum<V>(d, [&](auto q, int64_t j) { return decltype(q)::load(f + j); }) / fd;
+    }
+    float sc, sq;
+    row_sum2<V>(
+        d, [&](auto q, int64_t j) { return decltype(q)::sub(decltype(q)::load(f + j), decltype(q)::set1(mu)); },
+        [&](auto q, int64_t j) {
+          using Q = decltype(q);
+          auto c = Q::sub(Q::load(f + j), Q::set1(mu));
+          return Q::mul(c, c);
+        },
+        sc, sq);
+    if (__builtin_expect(sum_out_of_range(sq) || !std::isfinite(mu), 0) &&
+        ln_fwd_row_wide<T, WT, BT>(x, y, w, b, d, a.eps, a.mean + i, a.rstd + i))
+      continue;
+    const float c = sc / fd;
+    const float var = std::max(sq / fd - c * c, 0.0f);
+    const float rs = 1.0f / std::sqrt(var + a.eps);
+    a.mean[i] = mu + c;
+    a.rstd[i] = rs;
+    row_store<V>(y, d, a.stream, [&](auto q, int64_t j) {
+      using Q = decltype(q);
+      prefetch_l2(xn, j);
+      auto v = Q::mul(Q::sub(Q::sub(Q::load(f + j), Q::set1(mu)), Q::set1(c)), Q::set1(rs));
+      if constexpr (HasW) v = Q::mul(v, Q::load(w + j));
+      if constexpr (HasB) v = Q::add(v, Q::load(b + j));
+      return v;
+    });
+  }
+  if (a.stream) V::fence();
+}
+// --8<-- [end:ln_fwd_plain]
 
 // --8<-- [start:ln_fwd]
 template <class V, class T, class WT, class BT>

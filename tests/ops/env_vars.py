@@ -1,5 +1,5 @@
 """Environment variables set for the length of a ``with`` block (the CPU kernels read theirs on every
-call: ``NORMLAB_CPU_ISA``, ``NORMLAB_CPU_TILE``, ``NORMLAB_STREAM_BYTES``, ``NORMLAB_CPU_PREFETCH``)."""
+call: ``NORMLAB_CPU_ISA``, ``NORMLAB_CPU_TILE``, ``NORMLAB_STREAM_BYTES``, ``NORMLAB_CPU_PREFETCH``, ``NORMLAB_CPU_PLAIN``)."""
 from __future__ import annotations
 
 import contextlib

@@ -145,6 +145,31 @@ def test_cache_resident_shapes_are_flagged_from_the_machines_cache():
     assert limits.cache_bytes({"caches": {}}) is None
 
 
+def test_each_miss_is_set_against_the_memorys_copy():
+    """A shape whose own copy ran from the cache is held against the copy at the largest shape of its dtype
+    as well: a miss that reaches the threshold there is the cache's; one that does not is the op's."""
+    recs = []
+    for dn in ("float32", "bfloat16"):
+        recs += [_rec("forward_out", dn, 1024, 1024, "copy", 40.0), _rec("forward_out", dn, 1024, 1024, "fused_rms_norm", 20.0),
+                 _rec("forward_out", dn, 8192, 8192, "copy", 10.0), _rec("forward_out", dn, 8192, 8192, "fused_rms_norm", 9.5),
+                 _rec("forward_out", dn, 2048, 2048, "copy", 20.0), _rec("forward_out", dn, 2048, 2048, "fused_rms_norm", 8.0)]
+    copies = {limits.ceiling_key(r): r["gbps"] for r in recs if r["impl"] == "copy"}
+    for r in recs:
+        r["ratio_copy"] = r["gbps"] / copies[limits.ceiling_key(r)]
+    entries = limits.machine_targets(bench.index_results(recs), _identity(True), ["glibc"], ["float32", "bfloat16"])["entries"]
+    e = next(e for e in entries if e["target"] == "forward_out_long" and e["dtype"] == "float32")
+    assert e["memory_copy_shape"] == "8192x8192" and e["memory_copy_gbps"] == 10.0  # the most bytes
+    by = {s["shape"]: s for s in e["shapes"]}
+    assert by["1024x1024"]["ratio"] == pytest.approx(0.5) and by["1024x1024"]["vs_memory_copy"] == pytest.approx(2.0)
+    assert by["1024x1024"]["copy_vs_memory"] == pytest.approx(4.0)
+    assert by["2048x2048"]["vs_memory_copy"] == pytest.approx(0.8)
+    # 1024x1024 misses 0.9 against its own copy and reaches it against the memory's: the cache's ceiling;
+    # 2048x2048 misses both ways: the op's own; 8192x8192 meets it and is in neither list
+    assert e["cache_bound"] == ["1024x1024"] and e["not_cache_bound"] == ["2048x2048"]
+    assert e["memory_worst"] == pytest.approx(0.8)
+    assert limits.memory_copies({}) == {}
+
+
 # ------------------------------------------------------------------------------------------ the archive
 
 def _fake_run(key: str, quick=False) -> dict:

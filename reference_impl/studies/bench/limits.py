@@ -12,6 +12,13 @@ Targets, evaluated per run on the machine that ran it (its ``cpu_identity``):
 Each shape carries ``cache_resident``: the bytes the pass touches (input and output; forward+backward x,
 y, dy and dx) fit in the machine's last-level cache, so the copy it is held against ran from the cache,
 not at the memory's bandwidth (null where the file names no cache size).
+
+Each shape is also held against the memory's own copy rate: the copy into a reused buffer at the largest
+main shape of its dtype, the one furthest from the cache (``memory_copy_shape``, ``memory_copy_gbps``). ``copy_vs_memory`` says how much
+faster the shape's own copy ran than that, and ``vs_memory_copy`` where the op stands against it. A shape
+that misses its target against its own copy but reaches the threshold against the memory's copy is listed in
+``cache_bound``: what it misses is a ceiling only a copy from the cache reaches. The rest of the misses are in
+``not_cache_bound``: those belong to the op.
 """
 from __future__ import annotations
 
@@ -68,6 +75,7 @@ def machine_targets(idx: dict, identity: dict, allocators, dtypes) -> dict:
     bf16_hw = "avx512_bf16" in identity.get("flags", [])
     fb_alloc = "glibc_tunables" if "glibc_tunables" in allocators else "glibc"
     copies = {(k[2], k[3], k[4]): r for k, r in idx.items() if k[1] == "forward_out" and k[5] == "copy"}
+    memory = memory_copies(copies)
     specs = [("forward_out_long", "forward into a reused buffer vs the copy, d >= 1024", "forward_out", "glibc",
               ("fused_rms_norm", "fused_rms_norm_avx512"), lambda d: d >= LONG_D),
              ("forward_out_short", "forward into a reused buffer vs the copy, d of 64-256", "short_rows", "glibc",
@@ -100,6 +108,10 @@ def machine_targets(idx: dict, identity: dict, allocators, dtypes) -> dict:
                     else:
                         continue
                     e = _shape_entry(r, threshold, ratio, l3)
+                    mem, own = memory.get(dn), c if mode == "forward_backward" else _own_copy(idx, r)
+                    if mem is not None:
+                        e["vs_memory_copy"] = r["gbps"] / mem["gbps"]
+                        e["copy_vs_memory"] = own["gbps"] / mem["gbps"] if own else None
                     if twin is not None:  # the same bytes moved by plain ops: is the shortfall the traffic's?
                         e["twin_vs_copy"] = twin["gbps"] / c["gbps"]
                         e["vs_twin"] = r["gbps"] / twin["gbps"]
@@ -113,8 +125,35 @@ def machine_targets(idx: dict, identity: dict, allocators, dtypes) -> dict:
                                 "worst": worst["ratio"] if worst else None,
                                 "worst_shape": worst["shape"] if worst else None,
                                 "short_by": worst["short_by"] if worst else None,
-                                "cache_resident_shapes": [e["shape"] for e in shapes if e["cache_resident"]]})
+                                "cache_resident_shapes": [e["shape"] for e in shapes if e["cache_resident"]],
+                                **_cache_bound(shapes, threshold, memory.get(dn))})
     return {"l3_bytes": l3, "avx512_bf16": bf16_hw, "forward_backward_allocator": fb_alloc, "entries": entries}
+
+
+def memory_copies(copies: dict) -> dict:
+    """Per dtype, the copy at the main shape with the most bytes: the one furthest from the cache, whose rate
+    stands for the memory's own (``copies`` maps (dtype, rows, d) to the forward_out copy record)."""
+    out = {}
+    for (dn, _, _), r in copies.items():
+        if dn not in out or r["bytes"] > out[dn]["bytes"]:
+            out[dn] = r
+    return out
+
+
+def _own_copy(idx: dict, r: dict) -> dict | None:
+    """The copy a forward record was held against (its own group, dtype and shape)."""
+    return next((c for k, c in idx.items() if k[5] == "copy" and ceiling_key(c) == ceiling_key(r)), None)
+
+
+def _cache_bound(shapes: list[dict], threshold: float, mem: dict | None) -> dict:
+    """The shapes that miss the target against their own copy, split by whether they reach it against the
+    memory's copy (the miss is the cache's ceiling) or not (the miss is the op's)."""
+    missed = [e for e in shapes if not e["met"]]
+    bound = [e["shape"] for e in missed if e.get("vs_memory_copy") is not None and e["vs_memory_copy"] >= threshold]
+    return {"memory_copy_shape": None if mem is None else f"{mem['rows']}x{mem['hidden']}",
+            "memory_copy_gbps": None if mem is None else mem["gbps"],
+            "memory_worst": min((e["vs_memory_copy"] for e in shapes if e.get("vs_memory_copy") is not None), default=None),
+            "cache_bound": bound, "not_cache_bound": [e["shape"] for e in missed if e["shape"] not in bound]}
 
 
 def short_rows_summary(idx: dict, comparisons: list[dict], dtypes, identity: dict | None) -> dict:
@@ -171,4 +210,4 @@ def qk_summary(idx: dict, comparisons: list[dict], dtypes) -> dict:
 
 
 __all__ = ["CEILING_MODES", "GROUP_MODES", "GROUP_PAIRS", "cache_bytes", "ceiling_key", "machine_targets",
-           "qk_summary", "short_rows_summary"]
+           "memory_copies", "qk_summary", "short_rows_summary"]
