@@ -69,6 +69,27 @@ def test_short_row_lines_pass_the_oracle_check(impl, dname):
     groups.validate_group(impl, "short_rows", dname)
 
 
+def test_the_short_row_line_without_bf16_instructions_forces_its_path_only_around_its_calls():
+    """The bfloat16 line of a CPU without AVX512-BF16 passes the oracle check with NORMLAB_CPU_ISA=avx512 set
+    for its own calls and nowhere else; float32 has no such line (its path is the same either way)."""
+    import os
+
+    x, w, _, y = groups.group_inputs("short_rows", (64, 128), "bfloat16")
+    from reference_impl.studies.bench.cases import has_avx512_bf16
+
+    if not has_avx512_bf16():
+        with pytest.raises(groups.Unavailable, match="no AVX512-BF16"):
+            groups.make_group_case("fused_rms_norm_avx512", "short_rows", x, w, None, y)
+        return
+    case = groups.make_group_case("fused_rms_norm_avx512", "short_rows", x, w, None, y)
+    assert case.env == {"NORMLAB_CPU_ISA": "avx512"} and "NORMLAB_CPU_ISA" not in os.environ
+    groups.validate_group("fused_rms_norm_avx512", "short_rows", "bfloat16")
+    assert "NORMLAB_CPU_ISA" not in os.environ
+    xf, wf, _, yf = groups.group_inputs("short_rows", (64, 128), "float32")
+    with pytest.raises(groups.Unavailable, match="only in its bfloat16"):
+        groups.make_group_case("fused_rms_norm_avx512", "short_rows", xf, wf, None, yf)
+
+
 @pytest.mark.parametrize("mode", ["qk_forward", "qk_forward_backward"])
 @pytest.mark.parametrize("impl", ["fused_qk_norm", "hf_qwen3_rms_norm"])
 def test_qk_lines_pass_the_oracle_check(mode, impl):

@@ -8,7 +8,8 @@ the default of ``cuda/cpu/cpu_common.h``) and with ``NORMLAB_CPU_TILE`` = 0 (row
 bytes, ``torch.compile`` of the plain RMSNorm writing into ``out``, and ``F.rms_norm`` (which allocates its
 output: glibc as it comes). The kernels read ``NORMLAB_CPU_TILE`` on every call, so one process sweeps the
 settings: the timed loop sets the variable before an implementation's calls and restores it after
-(outside the timing).
+(outside the timing). On a CPU with AVX512-BF16, bfloat16 rows are also timed on the path of a CPU without
+those instructions (``fused_rms_norm_avx512``: ``NORMLAB_CPU_ISA=avx512``, set the same way).
 
 **QK-norm** (``qk_forward``, ``qk_forward_backward``), in the process with ``QK_ALLOCATOR`` (glibc with the
 tunables that keep freed memory; the allocating calls then pay no page faults): x of shape
@@ -48,7 +49,7 @@ GROUP_MODES = ("short_rows", "qk_forward", "qk_forward_backward")
 
 TILE_IMPLS = {f"fused_rms_norm_tile{t}": t for t in TILE_SETTINGS}
 GROUP_IMPLS = {
-    "short_rows": ("copy", "fused_rms_norm", *TILE_IMPLS, "compiled_rms_norm", "F.rms_norm"),
+    "short_rows": ("copy", "fused_rms_norm", "fused_rms_norm_avx512", *TILE_IMPLS, "compiled_rms_norm", "F.rms_norm"),
     "qk_forward": ("copy", "clone", "fused_qk_norm", "hf_qwen3_rms_norm", "compiled_qwen3_rms_norm"),
     "qk_forward_backward": ("fused_qk_norm", "hf_qwen3_rms_norm", "compiled_qwen3_rms_norm"),
 }
@@ -101,6 +102,13 @@ def make_group_case(impl: str, mode: str, x: torch.Tensor, w: torch.Tensor, dy, 
             return lambda: fused.fused_rms_norm(x, w, EPS, out=y)
         if impl in TILE_IMPLS:
             return EnvCase(lambda: fused.fused_rms_norm(x, w, EPS, out=y), {"NORMLAB_CPU_TILE": TILE_IMPLS[impl]})
+        if impl == "fused_rms_norm_avx512":  # the bfloat16 path of a CPU without AVX512-BF16, as the main shapes
+            from .cases import has_avx512_bf16
+            if x.dtype != torch.bfloat16:
+                raise Unavailable("the AVX-512 path differs from the default only in its bfloat16 conversions")
+            if not has_avx512_bf16():
+                raise Unavailable("this CPU has no AVX512-BF16: its default line is already the AVX-512 path")
+            return EnvCase(lambda: fused.fused_rms_norm(x, w, EPS, out=y), {"NORMLAB_CPU_ISA": "avx512"})
         if impl == "compiled_rms_norm":
             from .cases import _compiled_out
             return lambda: _compiled_out(x, w, y, EPS)

@@ -217,7 +217,8 @@ def plot(data: dict, out_dir: Path) -> list[str]:
     if short and any(k[1] == "short_rows" for k in idx):
         src = lambda dn, r, d, impl: idx.get((OUT_MODE_ALLOCATOR, "short_rows", dn, r, d, impl))  # noqa: E731
         tile = data["settings"]["tile_default_bytes"]
-        lab = {**labels, "fused_rms_norm": f"this op, tile {tile} B (default)", "F.rms_norm": "F.rms_norm (allocating)"}
+        lab = {**labels, "fused_rms_norm": f"this op, tile {tile} B (default)", "F.rms_norm": "F.rms_norm (allocating)",
+               "fused_rms_norm_avx512": "this op, no BF16 instructions"}
         written += plotstyle.save(lambda theme: _bars(
             theme, idx, [(src, dn) for dn in dtypes], short, list(GROUP_IMPLS["short_rows"]), lab, colors,
             "GB/s, median; whiskers: min-max", lambda dn: f"{quick}{dn}, short rows, reused buffer"),
