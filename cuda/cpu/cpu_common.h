@@ -15,6 +15,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 namespace normlab_cpu {
 
 // Rows per block of the gradient reduction over rows. Fixed, so the partition of rows into blocks (and
@@ -28,6 +31,29 @@ inline int64_t stream_bytes() {
   if (const char* env = std::getenv("NORMLAB_STREAM_BYTES")) return std::atoll(env);
   return kStreamBytesDefault;
 }
+// --8<-- [start:stream_rule]
+// Whether the memory of an output is already mapped: its first, middle and last pages (mincore). An
+// allocator that hands big blocks straight back to the kernel (glibc's default above its mmap threshold,
+// jemalloc's purging) gives each call fresh pages. The first store to such a page faults, and the kernel
+// zeroes the page through the cache; a non-temporal store then writes the same line a second time, around
+// the cache, so streaming costs more than it saves there. An unmapped page, or an error, answers false.
+inline bool pages_mapped(const void* p, int64_t n) {
+  if (n <= 0) return false;
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  for (const uintptr_t at : {a, a + static_cast<uintptr_t>(n / 2), a + static_cast<uintptr_t>(n - 1)}) {
+    unsigned char v = 0;
+    if (mincore(reinterpret_cast<void*>(at & ~(page - 1)), page, &v) != 0 || !(v & 1)) return false;
+  }
+  return true;
+}
+// Streaming stores for an output of n bytes at p: at least the threshold, and into pages already mapped.
+// Setting NORMLAB_STREAM_BYTES decides by size alone (measurements and tests force either store).
+inline bool use_stream(const void* p, int64_t n) {
+  if (std::getenv("NORMLAB_STREAM_BYTES")) return n >= stream_bytes();
+  return n >= kStreamBytesDefault && pages_mapped(p, n);
+}
+// --8<-- [end:stream_rule]
 // Short rows take the multi-row kernels when a row is at most kTileRowBytes long (and d <= kShortRow,
 // simd.h). NORMLAB_CPU_TILE (read on every call) overrides it: 0 sends every row through the row-at-a-time
 // kernels (the tests compare the two bit for bit), a positive number of bytes sets the longest tiled row.

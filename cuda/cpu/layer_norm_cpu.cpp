@@ -46,7 +46,7 @@ void ln_fwd_into(const at::Tensor& x, const c10::optional<at::Tensor>& weight, c
               residual.has_value() ? res_out.data_ptr() : nullptr,
               wf.defined() ? wf.data_ptr() : nullptr, bf.defined() ? bf.data_ptr() : nullptr,
               y.data_ptr(), mean.data_ptr<float>(), rstd.data_ptr<float>(), d, static_cast<float>(eps),
-              static_cast<int64_t>(y.nbytes()) >= stream_bytes(), contract == 2, prefetch_rows()};
+              use_stream(y.data_ptr(), static_cast<int64_t>(y.nbytes())), contract == 2, prefetch_rows()};
   by_types3(x.scalar_type(), [&](auto t, auto wt, auto bt) {
     using T = decltype(t);
     using WT = decltype(wt);
@@ -122,7 +122,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd_cpu(const at::Tens
   const at::Tensor wf = as_f32(weight);
   LnBwdArgs a{dy.data_ptr(), x.data_ptr(), wf.defined() ? wf.data_ptr() : nullptr,
               mean.data_ptr<float>(), rstd.data_ptr<float>(), dx.data_ptr(), d,
-              static_cast<int64_t>(dx.nbytes()) >= stream_bytes(), prefetch_rows()};
+              use_stream(dx.data_ptr(), static_cast<int64_t>(dx.nbytes())), prefetch_rows()};
   by_types3(x.scalar_type(), [&](auto t, auto wt, auto) {
     using T = decltype(t);
     using WT = decltype(wt);
@@ -131,7 +131,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> layer_norm_bwd_cpu(const at::Tens
     at::parallel_for(0, nb, 1, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t r0 = b * kRowBlock, r1 = std::min(rows, r0 + kRowBlock);
-        with_isa(isa, [&](auto v) { ln_bwd_rows<decltype(v), T, WT>(a, r0, r1, p + b * 2 * d); });
+        with_isa(isa, [&](auto v) {
+          if (a.w)
+            ln_bwd_rows<decltype(v), T, WT, true>(a, r0, r1, p + b * 2 * d);
+          else
+            ln_bwd_rows<decltype(v), T, WT, false>(a, r0, r1, p + b * 2 * d);
+        });
       }
     });
   });

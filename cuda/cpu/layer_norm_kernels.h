@@ -296,12 +296,13 @@ struct LnBwdRow {
   float mu, rs, ncr, nrmg, nrmgx;
 };
 
-template <class V, class T, class WT>
+template <class V, class T, class WT, bool HasW>
 inline LnBwdRow ln_bwd_stats(const T* dy, const T* x, const WT* w, float mu, float rs, int64_t d) {
   const float fd = static_cast<float>(d);
   auto g = [&](auto q, int64_t j) {
     using Q = decltype(q);
-    return w ? Q::mul(Q::load(dy + j), Q::load(w + j)) : Q::load(dy + j);
+    if constexpr (HasW) return Q::mul(Q::load(dy + j), Q::load(w + j));
+    else return Q::load(dy + j);
   };
   auto xm = [&](auto q, int64_t j) { return decltype(q)::sub(decltype(q)::load(x + j), decltype(q)::set1(mu)); };
   float sg, sc, sgx;
@@ -318,22 +319,24 @@ inline LnBwdRow ln_bwd_stats(const T* dy, const T* x, const WT* w, float mu, flo
 // The last pass at element j (a vector or one element, q): dx of the row, with dy * xhat and dy added to
 // the partials held in pw and pb (registers: a pair of rows adds into them one row after the other, the
 // order of the row-by-row loop, so the sums have the same bits either way).
-template <class Q, class T, class WT>
+template <bool HasW, class Q, class T, class WT>
 inline typename Q::R ln_bwd_value(Q, const T* dy, const T* x, const WT* w, const LnBwdRow& s, int64_t j,
                                   typename Q::R& pw, typename Q::R& pb) {
   const auto dyv = Q::load(dy + j);
   const auto xh = Q::fmadd(Q::sub(Q::load(x + j), Q::set1(s.mu)), Q::set1(s.rs), Q::set1(s.ncr));
   pw = Q::fmadd(dyv, xh, pw);
   pb = Q::add(pb, dyv);
-  const auto gv = w ? Q::mul(dyv, Q::load(w + j)) : dyv;
+  typename Q::R gv = dyv;
+  if constexpr (HasW) gv = Q::mul(dyv, Q::load(w + j));
   return Q::fmadd(xh, Q::set1(s.nrmgx), Q::fmadd(gv, Q::set1(s.rs), Q::set1(s.nrmg)));
 }
 
 // Rows [r0, r1) of one block; part holds the block's dweight partial (first d floats) and dbias partial
 // (next d). Rows go two at a time through the last pass, so the partials are read and written once per
 // pair instead of once per row (for bfloat16 rows the partials are four times the row's own bytes); a
-// pair whose outputs cannot both be streamed from a line boundary, and the last odd row, go alone.
-template <class V, class T, class WT>
+// pair whose outputs cannot both be streamed from a line boundary, and the last odd row, go alone. HasW:
+// whether there is a gain (known at compile time, so no element tests for it).
+template <class V, class T, class WT, bool HasW>
 void ln_bwd_rows(const LnBwdArgs& a, int64_t r0, int64_t r1, float* part) {
   constexpr int W = V::W;
   const int64_t d = a.d;
@@ -351,27 +354,27 @@ void ln_bwd_rows(const LnBwdArgs& a, int64_t r0, int64_t r1, float* part) {
     const bool more = a.prefetch && i + n < r1;  // the next rows' dy and x, asked for in the last pass
     const T* dyn = more ? dy + n * d : nullptr;
     const T* xn = more ? x + n * d : nullptr;
-    const LnBwdRow s0 = ln_bwd_stats<V, T, WT>(dy, x, w, a.mean[i], a.rstd[i], d);
+    const LnBwdRow s0 = ln_bwd_stats<V, T, WT, HasW>(dy, x, w, a.mean[i], a.rstd[i], d);
     if (!pair) {
       row_store<V>(dx, d, a.stream, [&](auto q, int64_t j) {
         using Q = decltype(q);
         prefetch_l2(dyn, j), prefetch_l2(xn, j);
         auto vw = Q::load(pw + j), vb = Q::load(pb + j);
-        const auto v = ln_bwd_value(q, dy, x, w, s0, j, vw, vb);
+        const auto v = ln_bwd_value<HasW>(q, dy, x, w, s0, j, vw, vb);
         Q::store(pw + j, vw), Q::store(pb + j, vb);
         return v;
       });
       i += 1;
       continue;
     }
-    const LnBwdRow s1 = ln_bwd_stats<V, T, WT>(dy + d, x + d, w, a.mean[i + 1], a.rstd[i + 1], d);
+    const LnBwdRow s1 = ln_bwd_stats<V, T, WT, HasW>(dy + d, x + d, w, a.mean[i + 1], a.rstd[i + 1], d);
     auto both = [&](auto q, int64_t j, auto& y0, auto& y1) {
       using Q = decltype(q);
       prefetch_l2(dyn, j), prefetch_l2(xn, j), prefetch_l2(dyn ? dyn + d : nullptr, j),
           prefetch_l2(xn ? xn + d : nullptr, j);
       auto vw = Q::load(pw + j), vb = Q::load(pb + j);
-      y0 = ln_bwd_value(q, dy, x, w, s0, j, vw, vb);
-      y1 = ln_bwd_value(q, dy + d, x + d, w, s1, j, vw, vb);
+      y0 = ln_bwd_value<HasW>(q, dy, x, w, s0, j, vw, vb);
+      y1 = ln_bwd_value<HasW>(q, dy + d, x + d, w, s1, j, vw, vb);
       Q::store(pw + j, vw), Q::store(pb + j, vb);
     };
     int64_t j = 0;

@@ -68,7 +68,7 @@ void rms_fwd_into(const at::Tensor& x, const c10::optional<at::Tensor>& weight,
                x.size(-1),
                static_cast<float>(eps),
                static_cast<int>(convention & 1),
-               static_cast<int64_t>(y.nbytes()) >= stream_bytes(),
+               use_stream(y.data_ptr(), static_cast<int64_t>(y.nbytes())),
                (convention & 2) != 0,
                prefetch_rows()};
   by_types(x.scalar_type(), [&](auto t, auto wt) { rms_fwd_dispatch<decltype(t), decltype(wt)>(a, rows_of(x)); });
@@ -121,7 +121,7 @@ std::tuple<at::Tensor, at::Tensor> rms_norm_bwd_cpu(const at::Tensor& dy, const 
   const at::Tensor wf = as_f32(weight);
   RmsBwdArgs a{dy.data_ptr(), x.data_ptr(), wf.defined() ? wf.data_ptr() : nullptr,
                rstd.data_ptr<float>(), dx.data_ptr(), d, static_cast<int>(convention),
-               static_cast<int64_t>(dx.nbytes()) >= stream_bytes(), prefetch_rows()};
+               use_stream(dx.data_ptr(), static_cast<int64_t>(dx.nbytes())), prefetch_rows()};
   by_types(x.scalar_type(), [&](auto t, auto wt) {
     rms_bwd_dispatch<decltype(t), decltype(wt)>(a, rows, part.defined() ? part.data_ptr<float>() : nullptr);
   });

@@ -200,7 +200,8 @@ def main(argv=None) -> int:
     for e in data.get("machine_targets", {}).get("entries", []):
         if e["count"]:
             print(f"{e['dtype']:9s} {e['target']} ({e['impl']}) >= {e['threshold']:g}: {e['met']}/{e['count']} shapes "
-                  f"(worst {e['worst']:.2f} at {e['worst_shape']}; cache-resident: {e['cache_resident_shapes'] or 'none'})")
+                  f"(worst {e['worst']:.2f} at {e['worst_shape']}; cache-resident: {e['cache_resident_shapes'] or 'none'}; "
+                  f"missed, the cache's ceiling: {e['cache_bound'] or 'none'}; the op's own: {e['not_cache_bound'] or 'none'})")
     print(f"wrote {args.out} in {data['provenance']['duration_s']} s")
     _archive(data, args.out)
     return 0
