@@ -278,6 +278,10 @@ def test_the_committed_run_holds_short_rows_qk_norm_and_its_machines_targets():
     targets = {(e["target"], e["dtype"]) for e in BENCH["machine_targets"]["entries"] if e["count"]}
     assert {(t, dn) for t in ("forward_out_long", "forward_out_short", "forward_backward")
             for dn in BENCH["settings"]["dtypes"]} <= targets
+    for e in BENCH["machine_targets"]["entries"]:  # every miss is sorted: the cache's ceiling or the op's own
+        missed = [s["shape"] for s in e["shapes"] if not s["met"]]
+        assert sorted(e["cache_bound"] + e["not_cache_bound"]) == sorted(missed), (e["target"], e["impl"], e["dtype"])
+        assert e["memory_copy_shape"] and all("vs_memory_copy" in s for s in e["shapes"]), e["target"]
     kinds = {r["mode"] for r in BENCH["results"]}
     assert {"short_rows", "qk_forward", "qk_forward_backward"} <= kinds
     tiles = {r["tile_bytes"] for r in BENCH["results"] if "tile_bytes" in r}
