@@ -191,6 +191,27 @@ def test_each_miss_is_set_against_the_memorys_copy():
     assert limits.memory_copies({}) == {}
 
 
+def test_the_fixed_cost_per_call_is_measured_and_set_against_each_step():
+    from reference_impl.studies.bench import overhead
+
+    oh = overhead.measure(quick=True)
+    assert (oh["rows"], oh["hidden"]) == (overhead.ROWS, overhead.HIDDEN) and set(oh["dtypes"]) == set(bench.DTYPES)
+    for cases in oh["dtypes"].values():
+        assert set(cases) == set(overhead.CASES)
+        assert all(0 < c["min_us"] <= c["median_us"] <= c["max_us"] for c in cases.values())
+    # a made-up step of 2 ms against a made-up fixed cost of 100 us: 5%
+    oh["dtypes"]["float32"]["fused_rms_norm"]["median_us"] = 100.0
+    rec = _rec("forward_backward", "float32", 64, 1024, "fused_rms_norm", 1.0, alloc="glibc_tunables")
+    rec["median_s"] = 2e-3
+    rows = overhead.fixed_shares(oh, bench.index_results([rec]), "glibc_tunables", [(64, 1024)], ["float32"])
+    assert rows == [{"dtype": "float32", "shape": "64x1024", "impl": "fused_rms_norm", "step_ms": pytest.approx(2.0),
+                     "fixed_us": 100.0, "fixed_share": pytest.approx(0.05)}]
+    assert overhead.share_table(rows).startswith("| dtype |") and "5.0%" in overhead.share_table(rows)
+    assert overhead.table(oh).count("\n") == 1 + len(oh["dtypes"])
+    assert overhead.fixed_shares(None, {}, "glibc", [(64, 1024)], ["float32"]) == []
+    assert "not measured" in overhead.table(None) and "not measured" in overhead.share_table([])
+
+
 # ------------------------------------------------------------------------------------------ the archive
 
 def _fake_run(key: str, quick=False) -> dict:
@@ -282,6 +303,11 @@ def test_the_committed_run_holds_short_rows_qk_norm_and_its_machines_targets():
         missed = [s["shape"] for s in e["shapes"] if not s["met"]]
         assert sorted(e["cache_bound"] + e["not_cache_bound"]) == sorted(missed), (e["target"], e["impl"], e["dtype"])
         assert e["memory_copy_shape"] and all("vs_memory_copy" in s for s in e["shapes"]), e["target"]
+    oh = BENCH.get("call_overhead")
+    assert oh and oh["allocator"] == BENCH["machine_targets"]["forward_backward_allocator"], "no fixed cost per call"
+    fixed = {(e["dtype"], e["shape"], e["impl"]) for e in BENCH["fixed_shares"]}
+    assert fixed == {(dn, f"{r}x{d}", impl) for dn in BENCH["settings"]["dtypes"] for r, d in BENCH["settings"]["shapes"]
+                     for impl in ("fused_rms_norm", "fused_layer_norm")}
     kinds = {r["mode"] for r in BENCH["results"]}
     assert {"short_rows", "qk_forward", "qk_forward_backward"} <= kinds
     tiles = {r["tile_bytes"] for r in BENCH["results"] if "tile_bytes" in r}

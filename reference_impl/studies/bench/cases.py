@@ -30,7 +30,7 @@ SOURCES = (sorted(p.relative_to(REPO).as_posix() for p in (REPO / "cuda" / "cpu"
            + ["cuda/op_checks.h", "cuda/ops.cpp", "cuda/ops.h", "reference_impl/ops/build.py",
               "reference_impl/ops/library.py", "reference_impl/ops/autograd.py",
               "reference_impl/studies/bench/cases.py", "reference_impl/studies/bench/groups.py",
-              "reference_impl/studies/bench/measure.py"])
+              "reference_impl/studies/bench/measure.py", "reference_impl/studies/bench/overhead.py"])
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 SHAPES = [(4096, 1024), (4096, 4096), (4096, 8192), (16384, 4096)]

@@ -51,6 +51,7 @@ def run(args) -> dict:
     qk_alloc = QK_ALLOCATOR if QK_ALLOCATOR in allocs else OUT_MODE_ALLOCATOR
     short = QUICK_SHORT_SHAPES if quick else SHORT_SHAPES
     qk = QUICK_QK_SHAPES if quick else QK_SHAPES
+    fb_alloc = "glibc_tunables" if "glibc_tunables" in allocs else "glibc"  # forward+backward's targets
     results, workers = [], {}
     bar = tqdm(allocs, desc="bench (one worker per allocator)", unit="allocator", file=sys.stderr)
     for alloc in bar:
@@ -59,7 +60,7 @@ def run(args) -> dict:
                "repeats": repeats, "quick": quick,
                "first_touch": list(QUICK_SHAPES[0] if quick else FIRST_TOUCH_SHAPE),
                "block": (alloc == BLOCK_ALLOCATOR or (quick and alloc == allocs[-1])) and not args.no_block,
-               "block_steps": args.block_steps,
+               "block_steps": args.block_steps, "overhead": alloc == fb_alloc,
                "groups": {**({"short_rows": [list(s) for s in short]} if alloc == OUT_MODE_ALLOCATOR else {}),
                           **({m: [list(s) for s in qk] for m in ("qk_forward", "qk_forward_backward")}
                              if alloc == qk_alloc else {})}}
@@ -71,6 +72,7 @@ def run(args) -> dict:
     bar.close()
     first_touch_all = {a: w.pop("first_touch") for a, w in workers.items() if "first_touch" in w}
     block = next((w.pop("block") for w in workers.values() if "block" in w), None)
+    call_overhead = next((w.pop("call_overhead") for w in workers.values() if "call_overhead" in w), None)
     data = {
         "provenance": prov,
         "what": "CPU benchmark of RMSNorm/LayerNorm implementations against the copy ceiling and the peers",
@@ -92,6 +94,7 @@ def run(args) -> dict:
         "results": results,
         "first_touch": first_touch_all,
         "flops": flop_summary(),
+        "call_overhead": call_overhead,
     }
     if block is not None:
         data["block"] = block_shares(block)
@@ -101,6 +104,7 @@ def run(args) -> dict:
     data["tables"] = tables(index_results(results), data["comparisons"], data["targets"], allocs, shapes, dtypes)
     data["tables"]["first_touch"] = first_touch_table(first_touch_all)
     data["tables"]["ort_support"] = ort_table(data["ort_dtype_support"], dtypes)
+    _overhead_views(data, index_results(results), shapes, dtypes)
     finish(prov)
     data["plots"] = []  # drawn by main() once the measurement is safely on disk
     return data
@@ -112,7 +116,8 @@ def reanalyse(data: dict, plots: Path | None) -> dict:
     allocs = [a for a, st in data["allocators"].items() if st["available"]]
     shapes = [tuple(s) for s in data["settings"]["shapes"]]
     first_touch_all = data["first_touch"]
-    for key in ("comparisons", "targets", "advice", "tables", "ln_vs_rms", "short_rows", "qk_norm", "machine_targets"):
+    for key in ("comparisons", "targets", "advice", "tables", "ln_vs_rms", "short_rows", "qk_norm", "machine_targets",
+                "fixed_shares"):
         data.pop(key, None)
     for r in data["results"]:
         r.pop("ratio_copy", None)
@@ -126,6 +131,7 @@ def reanalyse(data: dict, plots: Path | None) -> dict:
                             data["settings"]["dtypes"])
     data["tables"]["first_touch"] = first_touch_table(first_touch_all)
     data["tables"]["ort_support"] = ort_table(data["ort_dtype_support"], data["settings"]["dtypes"])
+    _overhead_views(data, index_results(data["results"]), shapes, data["settings"]["dtypes"])
     prov = data["provenance"]
     prov["sources"] = SOURCES
     prov["source_hash"] = pv_source_hash(SOURCES)
@@ -205,6 +211,16 @@ def main(argv=None) -> int:
     print(f"wrote {args.out} in {data['provenance']['duration_s']} s")
     _archive(data, args.out)
     return 0
+
+
+def _overhead_views(data: dict, idx: dict, shapes, dtypes) -> None:
+    """The fixed cost per call (overhead.py) as a table, and its share of each forward+backward step."""
+    from . import overhead
+
+    oh = data.get("call_overhead")
+    data["fixed_shares"] = overhead.fixed_shares(oh, idx, oh["allocator"], shapes, dtypes) if oh else []
+    data["tables"]["call_overhead"] = overhead.table(oh)
+    data["tables"]["fixed_shares"] = overhead.share_table(data["fixed_shares"])
 
 
 def _archive(data: dict, out: Path) -> None:

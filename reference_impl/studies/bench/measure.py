@@ -348,6 +348,9 @@ def worker(job: dict) -> dict:
         out["first_touch"] = first_touch(rows, d, job["repeats"], quick)
     if job.get("block"):
         out["block"] = block_share(job["block_steps"], quick)
+    if job.get("overhead"):
+        from . import overhead
+        out["call_overhead"] = {"allocator": allocator, **overhead.measure(quick)}
     out["load_avg_end"] = list(os.getloadavg())
     out["torch_threads"] = torch.get_num_threads()
     return out
