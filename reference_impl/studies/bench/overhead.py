@@ -1,7 +1,7 @@
 """What one call costs before it moves a byte: the fixed cost per call, measured on rows too few to take time.
 
 On a (4, 1024) input (16 KiB in float32), every case's time is its fixed cost: Python, the dispatcher, the
-autograd graph, allocations, the thread pool. Cases, interleaved over rounds of ``CALLS`` calls each:
+autograd graph, allocations (four rows run on one thread). Cases, interleaved over rounds of ``CALLS`` calls each:
 
 - ``copy``: ``y.copy_(x)`` into a reused buffer, the ceiling's own fixed cost;
 - ``native_rms``, ``native_ln``: the native forward and backward ops called directly
