@@ -33,5 +33,13 @@ def test_the_committed_tables_are_drawn_from_the_committed_analysis():
     shapes = [tuple(s) for s in data["settings"]["shapes"]]
     drawn = tables(index_results(data["results"]), data["comparisons"], data["targets"], allocs, shapes,
                    data["settings"]["dtypes"])
+    # the fixed cost per call and its share of each step, drawn again from the committed records
+    from reference_impl.studies.bench import overhead
+
+    oh = data["call_overhead"]
+    shares = overhead.fixed_shares(oh, index_results(data["results"]), oh["allocator"], shapes,
+                                   data["settings"]["dtypes"])
+    assert json.loads(json.dumps(shares)) == data["fixed_shares"]
+    drawn["call_overhead"], drawn["fixed_shares"] = overhead.table(oh), overhead.share_table(shares)
     kept = {k: v for k, v in data["tables"].items() if k not in ("first_touch", "ort_support")}
     assert json.loads(json.dumps(drawn)) == kept
