@@ -101,10 +101,11 @@ def run(args) -> dict:
     data.update(analyse(results, allocs, shapes, dtypes, _identity))
     data["ort_dtype_support"] = ort_support(workers)
     data["status"] = status_text(data)
-    data["tables"] = tables(index_results(results), data["comparisons"], data["targets"], allocs, shapes, dtypes)
+    idx = index_results(results)
+    data["tables"] = tables(idx, data["comparisons"], data["targets"], allocs, shapes, dtypes)
     data["tables"]["first_touch"] = first_touch_table(first_touch_all)
     data["tables"]["ort_support"] = ort_table(data["ort_dtype_support"], dtypes)
-    _overhead_views(data, index_results(results), shapes, dtypes)
+    _overhead_views(data, idx, shapes, dtypes)
     finish(prov)
     data["plots"] = []  # drawn by main() once the measurement is safely on disk
     return data
@@ -127,11 +128,11 @@ def reanalyse(data: dict, plots: Path | None) -> dict:
     data.update(analyse(data["results"], allocs, shapes, data["settings"]["dtypes"],
                         data["provenance"]["machine"].get("cpu_identity")))
     data["status"] = status_text(data)
-    data["tables"] = tables(index_results(data["results"]), data["comparisons"], data["targets"], allocs, shapes,
-                            data["settings"]["dtypes"])
+    idx = index_results(data["results"])
+    data["tables"] = tables(idx, data["comparisons"], data["targets"], allocs, shapes, data["settings"]["dtypes"])
     data["tables"]["first_touch"] = first_touch_table(first_touch_all)
     data["tables"]["ort_support"] = ort_table(data["ort_dtype_support"], data["settings"]["dtypes"])
-    _overhead_views(data, index_results(data["results"]), shapes, data["settings"]["dtypes"])
+    _overhead_views(data, idx, shapes, data["settings"]["dtypes"])
     prov = data["provenance"]
     prov["sources"] = SOURCES
     prov["source_hash"] = pv_source_hash(SOURCES)

@@ -77,6 +77,7 @@ def machine_targets(idx: dict, identity: dict, allocators, dtypes) -> dict:
     fb_alloc = "glibc_tunables" if "glibc_tunables" in allocators else "glibc"
     copies = {(k[2], k[3], k[4]): r for k, r in idx.items() if k[1] == "forward_out" and k[5] == "copy"}
     memory = memory_copies(copies)
+    own_copies = {ceiling_key(r): r for k, r in idx.items() if k[5] == "copy"}  # every group's ceiling, by key
     specs = [("forward_out_long", "forward into a reused buffer vs the copy, d >= 1024", "forward_out", "glibc",
               ("fused_rms_norm", "fused_rms_norm_avx512"), lambda d: d >= LONG_D),
              ("forward_out_short", "forward into a reused buffer vs the copy, d of 64-256", "short_rows", "glibc",
@@ -110,7 +111,7 @@ def machine_targets(idx: dict, identity: dict, allocators, dtypes) -> dict:
                     else:
                         continue
                     e = _shape_entry(r, threshold, ratio, l3)
-                    mem, own = memory.get(dn), c if mode == "forward_backward" else _own_copy(idx, r)
+                    mem, own = memory.get(dn), c if mode == "forward_backward" else own_copies.get(ceiling_key(r))
                     if mem is not None:
                         e["vs_memory_copy"] = r["gbps"] / mem["gbps"]
                         e["copy_vs_memory"] = own["gbps"] / mem["gbps"] if own else None
@@ -140,11 +141,6 @@ def memory_copies(copies: dict) -> dict:
         if dn not in out or r["bytes"] > out[dn]["bytes"]:
             out[dn] = r
     return out
-
-
-def _own_copy(idx: dict, r: dict) -> dict | None:
-    """The copy a forward record was held against (its own group, dtype and shape)."""
-    return next((c for k, c in idx.items() if k[5] == "copy" and ceiling_key(c) == ceiling_key(r)), None)
 
 
 def _cache_bound(shapes: list[dict], threshold: float, mem: dict | None) -> dict:
